@@ -1,0 +1,316 @@
+"""The declarative inputs: pins.yaml, recipes/*.yaml, bundles/*.yaml, loaded, validated and cross-checked."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import schemas, yamlio
+from .errors import OnebitError, ValidationError
+
+DEFAULT_VARIANT = "default"
+
+
+@dataclass(frozen=True)
+class Mirror:
+    kind: str  # "git" | "pypi_sdist"
+    spec: Any  # url string for git, dict for pypi_sdist
+
+    def describe(self) -> str:
+        if self.kind == "git":
+            return f"git {self.spec}"
+        return f"sdist {self.spec['package']}=={self.spec['version']} (sha256 {self.spec['sha256'][:12]}…)"
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    url: str
+    policy: str
+    cadence: str
+    license: str
+    commit: str | None
+    unresolved: str | None
+    mirrors: tuple[Mirror, ...]
+    branch: str | None = None
+    tag: str | None = None
+    raw: dict = field(default_factory=dict, compare=False, hash=False)
+    where: str = ""
+
+    @property
+    def short(self) -> str:
+        return (self.commit or "unresolved")[:7]
+
+    def fetch_order(self) -> tuple[Mirror, ...]:
+        """Mirrors in the order given; the canonical url last unless listed."""
+        mirrors = list(self.mirrors)
+        if not any(m.kind == "git" and m.spec == self.url for m in mirrors):
+            mirrors.append(Mirror("git", self.url))
+        return tuple(mirrors)
+
+
+@dataclass(frozen=True)
+class Patch:
+    file: str
+    purpose: str
+    upstream: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class Tool:
+    tool: str
+    version: str | None = None
+    env: str | None = None
+    default: str | None = None
+    path: str | None = None
+    why: str | None = None
+    optional: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.tool}@{self.env}" if self.env else self.tool
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One buildable variant of a recipe: everything merged, ready for the plan."""
+
+    recipe: "Recipe"
+    name: str
+    toolchain: tuple[Tool, ...]
+    kind: str
+    options: dict
+    targets: tuple[str, ...]
+    env: dict
+    commands: tuple[tuple[str, ...], ...]
+    network: str
+    build_type: str
+    install: str
+    keep: tuple[str, ...]
+    binaries: dict
+    backend: str | None
+    devices: tuple[str, ...]
+    features: tuple[str, ...]
+    provides_env: dict
+    tests: tuple[dict, ...]
+
+    @property
+    def id(self) -> str:
+        return self.recipe.name if self.name == DEFAULT_VARIANT else f"{self.recipe.name}-{self.name}"
+
+    @property
+    def package_name(self) -> str:
+        return f"onebit-{self.id}"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    path: Path
+    data: dict = field(compare=False, hash=False)
+    doc: yamlio.Document = field(compare=False, hash=False)
+
+    @property
+    def source(self) -> dict:
+        return self.data["source"]
+
+    @property
+    def pin_name(self) -> str | None:
+        return self.source.get("pin")
+
+    def patches(self, root: Path) -> tuple[Patch, ...]:
+        base = root / "recipes" / "patches" / self.source.get("patch_dir", self.name)
+        return tuple(Patch(p["file"], p["purpose"], p["upstream"], base / p["file"]) for p in self.source.get("patches", []))
+
+    def variant_names(self) -> list[str]:
+        return list(self.data.get("variants", {DEFAULT_VARIANT: {}}))
+
+    def variant(self, name: str) -> Variant:
+        variants = self.data.get("variants", {DEFAULT_VARIANT: {}})
+        if name not in variants:
+            raise OnebitError(
+                f"recipe {self.name!r} has no variant {name!r}",
+                where=str(self.path),
+                hint=f"choose one of: {', '.join(variants)}",
+            )
+        over = variants[name] or {}
+        build = self.data["build"]
+        vbuild = over.get("build", {})
+        stage = self.data["stage"]
+        vstage = over.get("stage", {})
+        provides = {**self.data["provides"], **over.get("provides", {})}
+        tools = [Tool(**t) for t in self.data.get("toolchain", [])] + [Tool(**t) for t in over.get("toolchain", [])]
+        return Variant(
+            recipe=self,
+            name=name,
+            toolchain=tuple(tools),
+            kind=build["kind"],
+            options={**build.get("options", {}), **vbuild.get("options", {})},
+            targets=tuple(vbuild.get("targets", build.get("targets", []))),
+            env={**build.get("env", {}), **vbuild.get("env", {})},
+            commands=tuple(tuple(c) for c in vbuild.get("commands", build.get("commands", []))),
+            network=build.get("network", "none"),
+            build_type=build.get("build_type", "Release"),
+            install=stage.get("install", "build-system"),
+            keep=tuple(vstage.get("keep", stage.get("keep", []))),
+            binaries={**stage["binaries"], **vstage.get("binaries", {})},
+            backend=provides.get("backend"),
+            devices=tuple(provides.get("devices", [])),
+            features=tuple(provides.get("features", [])),
+            provides_env=dict(provides.get("env", {})),
+            tests=tuple(self.data.get("tests", [])) + tuple(over.get("tests", [])),
+        )
+
+
+@dataclass(frozen=True)
+class Bundle:
+    name: str
+    path: Path
+    version: str
+    build_number: int
+    platform: str
+    summary: str
+    components: tuple[tuple[str, tuple[str, ...] | None], ...]
+
+
+@dataclass
+class Project:
+    root: Path
+    pins: dict[str, Pin]
+    recipes: dict[str, Recipe]
+    bundles: dict[str, Bundle]
+    pins_doc: yamlio.Document
+
+    def bundle(self, name: str) -> Bundle:
+        if name not in self.bundles:
+            raise OnebitError(
+                f"no bundle named {name!r}",
+                hint=f"bundles/ has: {', '.join(sorted(self.bundles)) or 'nothing'}",
+            )
+        return self.bundles[name]
+
+    def variants(self, bundle: Bundle) -> list[Variant]:
+        out = []
+        for recipe_name, variant_names in bundle.components:
+            recipe = self.recipes[recipe_name]
+            for v in variant_names or recipe.variant_names():
+                out.append(recipe.variant(v))
+        return out
+
+
+def _pin(name: str, data: dict, doc: yamlio.Document) -> Pin:
+    mirrors = []
+    for m in data.get("mirrors", []):
+        kind = next(iter(m))
+        mirrors.append(Mirror(kind, m[kind]))
+    return Pin(
+        name=name,
+        url=data["url"],
+        policy=data["policy"],
+        cadence=data["cadence"],
+        license=data["license"],
+        commit=data.get("commit"),
+        unresolved=data.get("unresolved"),
+        mirrors=tuple(mirrors),
+        branch=data.get("branch"),
+        tag=data.get("tag"),
+        raw=data,
+        where=doc.where(("pins", name)),
+    )
+
+
+def load_pins(path: Path) -> tuple[dict[str, Pin], yamlio.Document, list[str]]:
+    doc = yamlio.load(path)
+    problems = schemas.validate(doc, "pins")
+    pins = {}
+    if not problems:
+        pins = {name: _pin(name, data, doc) for name, data in doc.data["pins"].items()}
+    return pins, doc, problems
+
+
+def load_project(root: Path | str, *, strict: bool = True) -> Project:
+    """Load and validate everything under root. All problems are collected and raised together."""
+    root = Path(root)
+    problems: list[str] = []
+    docs_with_errors: list[str] = []
+
+    def guarded(fn, *args):
+        try:
+            return fn(*args)
+        except OnebitError as exc:
+            problems.append(str(exc))
+            return None
+
+    loaded = guarded(load_pins, root / "pins.yaml")
+    pins: dict[str, Pin] = {}
+    pins_doc = None
+    if loaded:
+        pins, pins_doc, pin_problems = loaded
+        problems += pin_problems
+
+    recipes: dict[str, Recipe] = {}
+    for path in sorted((root / "recipes").glob("*.yaml")):
+        doc = guarded(yamlio.load, path)
+        if doc is None:
+            continue
+        found = schemas.validate(doc, "recipe")
+        problems += found
+        if found:
+            docs_with_errors.append(str(path))
+            continue
+        name = doc.data["name"]
+        if name != path.stem:
+            problems.append(f"{doc.where(('name',))}: recipe name {name!r} must match its file name {path.stem!r}")
+        recipe = Recipe(name=name, path=path, data=doc.data, doc=doc)
+        recipes[name] = recipe
+        pin_name = recipe.pin_name
+        if pin_name and pins and pin_name not in pins:
+            problems.append(f"{doc.where(('source', 'pin'))}: unknown pin {pin_name!r}; pins.yaml has: {', '.join(sorted(pins))}")
+        if pin_name is None and not (root / recipe.source["local"]).is_dir():
+            problems.append(f"{doc.where(('source', 'local'))}: directory {recipe.source['local']!r} does not exist")
+        for i, patch in enumerate(recipe.patches(root)):
+            if not patch.path.is_file():
+                problems.append(
+                    f"{doc.where(('source', 'patches', i, 'file'))}: patch file recipes/patches/{name}/{patch.file} does not exist"
+                )
+
+    bundles: dict[str, Bundle] = {}
+    for path in sorted((root / "bundles").glob("*.yaml")):
+        doc = guarded(yamlio.load, path)
+        if doc is None:
+            continue
+        found = schemas.validate(doc, "bundle")
+        problems += found
+        if found:
+            continue
+        data = doc.data
+        if data["name"] != path.stem:
+            problems.append(f"{doc.where(('name',))}: bundle name {data['name']!r} must match its file name {path.stem!r}")
+        components = []
+        for i, comp in enumerate(data["components"]):
+            rname = comp["recipe"]
+            if rname not in recipes:
+                if not any(p.endswith(f"recipes/{rname}.yaml") or f"/{rname}.yaml" in p for p in docs_with_errors):
+                    problems.append(f"{doc.where(('components', i, 'recipe'))}: unknown recipe {rname!r}")
+                continue
+            known = recipes[rname].variant_names()
+            for j, v in enumerate(comp.get("variants", [])):
+                if v not in known:
+                    problems.append(
+                        f"{doc.where(('components', i, 'variants', j))}: recipe {rname!r} has no variant {v!r} (has: {', '.join(known)})"
+                    )
+            components.append((rname, tuple(comp["variants"]) if "variants" in comp else None))
+        bundles[data["name"]] = Bundle(
+            name=data["name"],
+            path=path,
+            version=str(data["version"]),
+            build_number=int(data.get("build_number", 0)),
+            platform=data["platform"],
+            summary=data["summary"],
+            components=tuple(components),
+        )
+
+    if problems and strict:
+        raise ValidationError(problems)
+    return Project(root=root, pins=pins, recipes=recipes, bundles=bundles, pins_doc=pins_doc)

@@ -1,0 +1,61 @@
+"""JSON Schema validation that reports every problem at once, each with file:line and the YAML path."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import jsonschema
+
+from .yamlio import Document
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+
+@lru_cache(maxsize=None)
+def schema(name: str) -> dict:
+    path = SCHEMA_DIR / f"{name}.schema.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _leaf_errors(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    """oneOf/anyOf errors hide the useful message in their context; pick the branch that got furthest."""
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        best_depth = max(len(e.absolute_path) for e in error.context)
+        deepest = [e for e in error.context if len(e.absolute_path) == best_depth]
+        out: list[jsonschema.ValidationError] = []
+        for sub in deepest:
+            out.extend(_leaf_errors(sub))
+        return out
+    return [error]
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        unknown = sorted(k for k in error.instance if k not in allowed)
+        if unknown and allowed:
+            return f"unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}"
+    if error.validator == "oneOf" and not error.context:
+        return f"{error.message} (exactly one of the alternatives must match)"
+    return error.message
+
+
+def validate(doc: Document, schema_name: str) -> list[str]:
+    """Return human-readable problems ('file:line: path: message'), sorted by line."""
+    validator = jsonschema.Draft202012Validator(schema(schema_name))
+    problems: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    for error in validator.iter_errors(doc.data):
+        for leaf in _leaf_errors(error):
+            ypath = tuple(leaf.absolute_path)
+            if leaf.validator == "additionalProperties" and isinstance(leaf.instance, dict):
+                allowed = set(leaf.schema.get("properties", {}))
+                unknown = [k for k in leaf.instance if k not in allowed]
+                if len(unknown) == 1:
+                    ypath = ypath + (unknown[0],)
+            text = f"{doc.where(ypath)}: {_message(leaf)}"
+            if text not in seen:
+                seen.add(text)
+                problems.append((doc.line_of(ypath), text))
+    return [text for _, text in sorted(problems)]
