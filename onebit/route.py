@@ -1,0 +1,500 @@
+"""Route: a pure function (model facts, flags, manifest, environment) -> LaunchPlan | Refusal.
+
+Nothing here touches the file system, the network or the process: the caller inspects the model files, loads the
+manifest and recipes, looks up llama-server on PATH and picks free ports, and passes all of it in.
+
+Argument precedence inside one child's command line: what the user gave (serve flags or extra llama-server args)
+beats a serve recipe, which beats the route's own defaults. Environment the user already set always wins over
+anything serve would set (manifest defaults < route rules < recipes < user).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .inspect import ModelFacts
+from .manifest import Manifest
+from .recipes import Recipe, RecipeFacts
+
+DEVICES = ("auto", "vulkan", "hrx", "rocm", "npu", "zinc", "ds4", "cpu", "cuda")
+# llama-server --device names; a device missing here (cpu) gets no --device and -ngl 0.
+DEVICE_FLAG = {"vulkan": "Vulkan0", "hrx": "HRX0", "rocm": "ROCm0", "cuda": "CUDA0", "npu": "NPU0", "zinc": "ZINC0"}
+# which manifest backends serve a device, in order of preference
+DEVICE_BACKENDS = {
+    "vulkan": ("vulkan", "lean-vulkan"),
+    "hrx": ("hrx",),
+    "rocm": ("rocm",),
+    "npu": ("npu",),
+    "zinc": ("zinc",),
+    "ds4": ("ds4",),
+    "cpu": ("cpu",),
+    "cuda": ("cuda",),
+}
+# what --device auto picks for an ordinary GGUF, first present in the manifest wins
+AUTO_ORDER = ("vulkan", "cuda", "hrx", "rocm", "cpu")
+HADAMARD_FEATURE = "hadamard_w4a4"
+DEFAULT_PORT = 8080
+DEFAULT_DFLASH_N_MAX = 16
+
+# canonical names for llama-server options, so a user's spelling overrides ours whatever alias either uses
+_ALIASES = {
+    "-m": "--model",
+    "-c": "--ctx-size",
+    "-fa": "--flash-attn",
+    "-np": "--parallel",
+    "-b": "--batch-size",
+    "-ub": "--ubatch-size",
+    "-ngl": "--n-gpu-layers",
+    "--gpu-layers": "--n-gpu-layers",
+    "-dev": "--device",
+    "-a": "--alias",
+    "-md": "--spec-draft-model",
+    "--model-draft": "--spec-draft-model",
+    "-ngld": "--spec-draft-ngl",
+    "--gpu-layers-draft": "--spec-draft-ngl",
+    "--n-gpu-layers-draft": "--spec-draft-ngl",
+    "--draft-p-min": "--spec-draft-p-min",
+    "-ot": "--override-tensor",
+    "-t": "--threads",
+}
+
+
+def canonical(flag: str) -> str:
+    flag = flag.split("=", 1)[0]
+    return _ALIASES.get(flag, flag)
+
+
+def _is_flag(tok: str) -> bool:
+    if not tok.startswith("-") or tok == "-":
+        return False
+    try:
+        float(tok)
+        return False
+    except ValueError:
+        return True
+
+
+def split_options(tokens: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Group a flat argv into (canonical flag, tokens) pairs: a flag followed by its non-flag values."""
+    out: list[tuple[str, list[str]]] = []
+    for tok in tokens:
+        if _is_flag(tok) or not out:
+            out.append((canonical(tok), [tok]))
+        else:
+            out[-1][1].append(tok)
+    return out
+
+
+@dataclass(frozen=True)
+class ServeFlags:
+    model: str
+    device: str = "auto"
+    host: str = "127.0.0.1"
+    port: int | None = None
+    ctx_size: int | None = None
+    flash_attn: str | None = None
+    alias: str | None = None
+    parallel: int | None = None
+    dflash: str | None = None
+    mtp: str | None = None
+    mtp_max: int | None = None
+    mtp_p_min: float | None = None
+    mmproj: str | None = None
+    moe_slots: int | None = None
+    prefill_device: str | None = None
+    prefill_min_tokens: int = 1024
+    long_model: str | None = None
+    long_from: int = 2048
+    adaptive: bool = False
+    adaptive_at: int = 8
+    laya: str | None = None
+    llama_server: str | None = None
+    extra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RouteEnv:
+    """The environment route may look at, captured by the caller."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    path_llama_server: str | None = None  # shutil.which("llama-server"), or None
+    free_ports: tuple[int, ...] = ()  # loopback ports for proxied children
+
+
+@dataclass(frozen=True)
+class Child:
+    role: str
+    backend: str
+    device: str
+    binary: str
+    argv: tuple[str, ...]  # argv[0] is the binary
+    env: Mapping[str, str]  # what serve adds to the inherited environment (user-set names already left out)
+    host: str
+    port: int
+    recipes: tuple[str, ...] = ()
+    slots: int | None = None  # adaptive: how many requests this child takes before the next one overflows
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    host: str
+    port: int
+    policy: str  # "long" | "adaptive"
+    alias: str
+    long_from: int | None = None
+    adaptive_at: int | None = None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    mode: str  # "exec" | "proxy"
+    children: tuple[Child, ...]
+    proxy: ProxySpec | None = None
+    model: ModelFacts | None = None
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["ok"] = True
+        for c in d["children"]:
+            c["argv"] = list(c["argv"])
+            c["env"] = dict(c["env"])
+            c["recipes"] = list(c["recipes"])
+        return d
+
+
+@dataclass(frozen=True)
+class Refusal:
+    message: str
+    rule: str
+
+    def to_json(self) -> dict:
+        return {"ok": False, "refused": self.rule, "message": self.message}
+
+
+class _Refused(Exception):
+    def __init__(self, rule: str, message: str):
+        super().__init__(message)
+        self.refusal = Refusal(message=message, rule=rule)
+
+
+class _Args:
+    """Ordered llama-server options with their source, so precedence is user > recipe > route."""
+
+    RANK = {"route": 0, "recipe": 1, "user": 2}
+
+    def __init__(self) -> None:
+        self.opts: dict[str, tuple[list[str], str]] = {}
+
+    def set(self, tokens: Sequence[str], source: str = "route") -> bool:
+        key = canonical(tokens[0])
+        have = self.opts.get(key)
+        if have is not None and self.RANK[have[1]] > self.RANK[source]:
+            return False
+        if have is not None:
+            self.opts[key] = (list(tokens), source)
+        else:
+            self.opts[key] = (list(tokens), source)
+        return True
+
+    def drop(self, key: str) -> None:
+        self.opts.pop(key, None)
+
+    def flat(self) -> list[str]:
+        return [t for toks, _ in self.opts.values() for t in toks]
+
+
+def _backend_for(device: str, manifest: Manifest | None) -> str | None:
+    if manifest is None:
+        return DEVICE_BACKENDS[device][0]
+    for b in DEVICE_BACKENDS[device]:
+        if manifest.has(b):
+            return b
+    return None
+
+
+def _held(manifest: Manifest | None) -> str:
+    if manifest is None:
+        return "(no manifest)"
+    return ", ".join(sorted(manifest.backends)) or "(none)"
+
+
+def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None, want: str) -> str:
+    name = Path(facts.path).name
+    if facts.onebp:
+        if want not in ("auto", "ds4"):
+            raise _Refused(
+                "1bp-device",
+                f"{name} is a 1BP package; only the ds4 backend serves it (use --device ds4 or auto, not {want})",
+            )
+        if _backend_for("ds4", manifest) is None:
+            raise _Refused("1bp-device", f"{name} is a 1BP package but this bundle has no ds4 backend (has: {_held(manifest)})")
+        return "ds4"
+
+    if facts.hadamard is not None:
+        if facts.hadamard != 32:
+            raise _Refused(
+                "hadamard-block",
+                f"{name} has onebit.hadamard_q4_0={facts.hadamard}; only 32 is supported by the lean ROCm build",
+            )
+        if want not in ("auto", "rocm"):
+            raise _Refused(
+                "hadamard-device",
+                f"{name} is Hadamard-rotated (onebit.hadamard_q4_0=32): only the lean ROCm build (--device rocm) "
+                f"rotates the activations to match, so --device {want} would give wrong output; use --device rocm or auto",
+            )
+        if manifest is not None:
+            b = manifest.backends.get("rocm")
+            if b is None or HADAMARD_FEATURE not in b.features:
+                raise _Refused(
+                    "hadamard-device",
+                    f"{name} is Hadamard-rotated (onebit.hadamard_q4_0=32) and needs the lean ROCm build with feature "
+                    f"{HADAMARD_FEATURE}, which this bundle ({manifest.bundle}) does not have",
+                )
+        return "rocm"
+
+    if want == "ds4":
+        raise _Refused("ds4-needs-1bp", f"--device ds4 serves 1BP packages only; {name} is a GGUF file")
+
+    if flags.prefill_device is not None:
+        if flags.prefill_device != "hrx":
+            raise _Refused("prefill-device", f"--prefill-device {flags.prefill_device} is not supported; only hrx is")
+        if want not in ("auto", "vulkan"):
+            raise _Refused("prefill-device", f"--prefill-device hrx decodes on vulkan; it cannot be used with --device {want}")
+        for need in ("vulkan", "hrx"):
+            if _backend_for(need, manifest) is None:
+                raise _Refused("prefill-device", f"--prefill-device hrx needs the {need} backend, which this bundle lacks (has: {_held(manifest)})")
+        return "vulkan"
+
+    if want == "auto":
+        for dev in AUTO_ORDER:
+            if _backend_for(dev, manifest) is not None:
+                return dev
+        raise _Refused("no-device", f"no backend in this bundle can serve {name} (has: {_held(manifest)})")
+
+    if _backend_for(want, manifest) is None:
+        raise _Refused("device-missing", f"--device {want}: this bundle has no {want} backend (has: {_held(manifest)})")
+    return want
+
+
+def _resolve_binary(backend: str, flags: ServeFlags, manifest: Manifest | None, renv: RouteEnv) -> str:
+    if flags.llama_server:
+        return flags.llama_server
+    specific = "ONEBIT_LLAMA_SERVER_" + backend.upper().replace("-", "_")
+    for var in (specific, "ONEBIT_LLAMA_SERVER"):
+        if renv.env.get(var):
+            return renv.env[var]
+    if manifest is not None and backend in manifest.backends:
+        p = manifest.backends[backend].binary(manifest.prefix)
+        if p is not None:
+            return str(p)
+    if renv.path_llama_server:
+        return renv.path_llama_server
+    raise _Refused(
+        "no-binary",
+        f"no llama-server for backend {backend}: not in the manifest, $ONEBIT_LLAMA_SERVER unset and none on PATH",
+    )
+
+
+def _route_child(
+    facts: ModelFacts,
+    flags: ServeFlags,
+    manifest: Manifest | None,
+    renv: RouteEnv,
+    recipes: Sequence[Recipe],
+    *,
+    role: str,
+    host: str,
+    port: int,
+    want_device: str,
+    draft: ModelFacts | None,
+    drafters: bool,
+    proxied_alias: str | None = None,
+    slots: int | None = None,
+) -> Child:
+    device = _pick_device(facts, flags, manifest, want_device)
+    backend = _backend_for(device, manifest)
+    assert backend is not None
+    name = Path(facts.path).name
+
+    args = _Args()
+    env: dict[str, str] = {}
+    if manifest is not None:
+        env.update(manifest.backends[backend].env)
+
+    args.set(["-m", facts.path])
+    args.set(["--host", host])
+    args.set(["--port", str(port)])
+    if device == "cpu":
+        args.set(["-ngl", "0"])
+    else:
+        dev_flag = DEVICE_FLAG.get(device)
+        if manifest is not None and backend in manifest.backends:
+            devs = [d for d in manifest.backends[backend].devices if d != "CPU"]
+            if dev_flag not in devs and devs:
+                dev_flag = devs[0]
+        if dev_flag:
+            args.set(["--device", dev_flag])
+        args.set(["-ngl", "99"])
+    args.set(["--jinja"])
+    ngld = "0" if device == "cpu" else "99"
+
+    if facts.rotated:
+        env["GGML_W4A4_TENSORS"] = "all"
+
+    if flags.ctx_size is not None:
+        args.set(["-c", str(flags.ctx_size)], "user")
+    if flags.flash_attn is not None:
+        args.set(["-fa", flags.flash_attn], "user")
+    if flags.alias is not None:
+        args.set(["--alias", flags.alias], "user")
+    elif proxied_alias is not None:
+        args.set(["--alias", proxied_alias])
+    if flags.parallel is not None:
+        args.set(["-np", str(flags.parallel)], "user")
+    if slots is not None and flags.parallel is None:
+        args.set(["-np", str(slots)])
+
+    drafter = "none"
+    if drafters and flags.dflash:
+        drafter = "dflash"
+        bs = draft.dflash_block_size if draft is not None else None
+        n_max = bs - 1 if bs and bs > 1 else DEFAULT_DFLASH_N_MAX
+        args.set(["--spec-type", "draft-dflash"])
+        args.set(["-md", flags.dflash])
+        args.set(["-ngld", ngld])
+        args.set(["--spec-draft-n-max", str(n_max)])
+        args.set(["--spec-draft-p-min", "0"])
+    elif drafters and flags.mtp:
+        drafter = "mtp"
+        args.set(["--spec-type", "draft-mtp"])
+        args.set(["-md", flags.mtp])
+        args.set(["-ngld", ngld])
+        if flags.mtp_max is not None:
+            args.set(["--spec-draft-n-max", str(flags.mtp_max)], "user")
+        if flags.mtp_p_min is not None:
+            args.set(["--spec-draft-p-min", _num(flags.mtp_p_min)], "user")
+
+    if drafters and flags.mmproj:
+        args.set(["--mmproj", flags.mmproj])
+        args.set(["-b", "4096"])
+        args.set(["-ub", "4096"])
+
+    if flags.moe_slots is not None:
+        if device != "vulkan":
+            raise _Refused("moe-slots-device", f"--moe-slots works on vulkan only; this route runs {name} on {device}")
+        if not facts.moe:
+            raise _Refused("moe-slots-dense", f"--moe-slots needs an MoE model; {name} has no experts")
+        args.set(["-ot", "exps=CPU"])
+        env["ONEBIT_MOE_FILE"] = facts.path
+        env["ONEBIT_MOE_SLOTS"] = str(flags.moe_slots)
+
+    if flags.prefill_device == "hrx":
+        env["ONEBIT_PREFILL_DEVICE"] = "HRX0"
+        env["ONEBIT_PREFILL_MIN_TOKENS"] = str(flags.prefill_min_tokens)
+
+    user_keys = {key for key, _ in split_options(flags.extra)}
+    rfacts = RecipeFacts(device=device, architecture=facts.arch, moe=facts.moe, drafter=drafter, rotated=facts.rotated)
+    applied = []
+    for r in recipes:
+        if not r.matches(rfacts):
+            continue
+        used = False
+        for key, toks in split_options(r.args):
+            if key not in user_keys and args.set(toks, "recipe"):
+                used = True
+        for k, v in r.env.items():
+            if k not in renv.env:
+                env[k] = v
+                used = True
+        if used:
+            applied.append(r.name)
+
+    for key in user_keys:
+        args.drop(key)
+
+    binary = _resolve_binary(backend, flags, manifest, renv)
+    env = {k: v for k, v in env.items() if k not in renv.env}
+    argv = (binary, *args.flat(), *flags.extra)
+    return Child(
+        role=role,
+        backend=backend,
+        device=device,
+        binary=binary,
+        argv=tuple(argv),
+        env=env,
+        host=host,
+        port=port,
+        recipes=tuple(applied),
+        slots=slots,
+    )
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def route(
+    facts: ModelFacts,
+    flags: ServeFlags,
+    manifest: Manifest | None,
+    renv: RouteEnv,
+    recipes: Sequence[Recipe] = (),
+    *,
+    draft: ModelFacts | None = None,
+    long_facts: ModelFacts | None = None,
+) -> LaunchPlan | Refusal:
+    """Decide how to serve: one exec'd llama-server, or several behind the proxy; or refuse with a message."""
+    try:
+        return _route(facts, flags, manifest, renv, recipes, draft, long_facts)
+    except _Refused as r:
+        return r.refusal
+
+
+def _route(facts, flags, manifest, renv, recipes, draft, long_facts) -> LaunchPlan:
+    if flags.laya:
+        raise _Refused("laya", "--laya is not yet supported; tracked in its own issue")
+    if flags.device not in DEVICES:
+        raise _Refused("device-unknown", f"--device {flags.device}: unknown device (choose from {', '.join(DEVICES)})")
+    if flags.mtp and flags.dflash:
+        raise _Refused("mtp-dflash", "--mtp and --dflash cannot be combined: llama-server runs one drafter at a time")
+    if (flags.mtp_max is not None or flags.mtp_p_min is not None) and not flags.mtp:
+        raise _Refused("mtp-options", "--mtp-max and --mtp-p-min need --mtp HEAD")
+    if flags.long_model and flags.adaptive:
+        raise _Refused("long-adaptive", "--long-model and --adaptive cannot be combined")
+    if flags.dflash and draft is not None and draft.onebp:
+        raise _Refused("dflash-1bp", f"--dflash {flags.dflash}: a drafter must be a GGUF file, not a 1BP package")
+
+    public_port = flags.port if flags.port is not None else DEFAULT_PORT
+    common = dict(flags=flags, manifest=manifest, renv=renv, recipes=recipes)
+
+    if flags.long_model or flags.adaptive:
+        if len(renv.free_ports) < 2:
+            raise ValueError("route needs two free ports in RouteEnv.free_ports for a proxied route")
+        alias = flags.alias or Path(facts.path).stem
+        if flags.adaptive:
+            if flags.device != "auto":
+                raise _Refused("adaptive-device", f"--adaptive runs vulkan first and rocm for the overflow; drop --device {flags.device}")
+            for need in ("vulkan", "rocm"):
+                if _backend_for(need, manifest) is None:
+                    raise _Refused("adaptive-backends", f"--adaptive needs the vulkan and rocm backends; this bundle has: {_held(manifest)}")
+            first = _route_child(facts, **common, role="vulkan", host="127.0.0.1", port=renv.free_ports[0],
+                                 want_device="vulkan", draft=draft, drafters=True, proxied_alias=alias,
+                                 slots=flags.adaptive_at)
+            second = _route_child(facts, **common, role="rocm", host="127.0.0.1", port=renv.free_ports[1],
+                                  want_device="rocm", draft=draft, drafters=True, proxied_alias=alias)
+            proxy = ProxySpec(host=flags.host, port=public_port, policy="adaptive", alias=alias, adaptive_at=flags.adaptive_at)
+        else:
+            assert long_facts is not None, "caller must inspect --long-model"
+            first = _route_child(facts, **common, role="default", host="127.0.0.1", port=renv.free_ports[0],
+                                 want_device=flags.device, draft=draft, drafters=True, proxied_alias=alias)
+            second = _route_child(long_facts, **common, role="long", host="127.0.0.1", port=renv.free_ports[1],
+                                  want_device=flags.device, draft=None, drafters=False, proxied_alias=alias)
+            proxy = ProxySpec(host=flags.host, port=public_port, policy="long", alias=alias, long_from=flags.long_from)
+        return LaunchPlan(mode="proxy", children=(first, second), proxy=proxy, model=facts)
+
+    child = _route_child(facts, **common, role="main", host=flags.host, port=public_port,
+                         want_device=flags.device, draft=draft, drafters=True)
+    return LaunchPlan(mode="exec", children=(child,), proxy=None, model=facts)

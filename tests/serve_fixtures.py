@@ -1,0 +1,136 @@
+"""Helpers and fixtures for the serve tests: hand-made manifests, tiny models, the stub llama-server.
+
+The e2e tests use the `cpu_bundle_prefix` fixture from tests/conftest.py (a real installed CPU bundle). As a
+development fallback only, `serve_prefix` below also accepts ONEBIT_TEST_PREFIX (a prefix with
+share/onebit/manifest.json and the real llama-server) when that fixture is not defined.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tiny_gguf import write_onebp, write_tiny_gguf
+
+HERE = Path(__file__).resolve().parent
+STUB = HERE / "stubs" / "llama_server_stub.py"
+SHA = "0" * 40
+STRIX = ("vulkan", "hrx", "rocm", "lean-vulkan", "npu", "zinc", "ds4", "cpu")
+DEVICES = {
+    "cpu": ["CPU"], "vulkan": ["Vulkan0"], "lean-vulkan": ["Vulkan0"], "hrx": ["HRX0"], "rocm": ["ROCm0"],
+    "cuda": ["CUDA0"], "npu": ["NPU0"], "zinc": ["ZINC0"], "ds4": ["ROCm0"],
+}
+
+
+def backend_entry(name: str, binary: str | None = None, env: dict | None = None, features=None) -> dict:
+    if features is None:
+        features = ["hadamard_w4a4"] if name == "rocm" else []
+    e = {
+        "recipe": name,
+        "package": f"onebit-{name}",
+        "version": "0.0.1",
+        "build_number": 0,
+        "binaries": {"llama-server": binary or f"libexec/onebit/{name}/llama-server"},
+        "devices": DEVICES[name],
+        "source": {"pin": "llama.cpp", "url": "https://example.invalid/llama.cpp.git", "commit": SHA},
+        "features": features,
+    }
+    if env:
+        e["env"] = env
+    return e
+
+
+def write_manifest(prefix: Path, backends, *, bundle: str = "test", version: str = "1.2.3", build_number: int = 4,
+                   binaries: dict | None = None, envs: dict | None = None, features: dict | None = None,
+                   recipes: str | None = None) -> Path:
+    """Write prefix/share/onebit/manifest.json naming `backends` (names or full entries)."""
+    binaries, envs, features = binaries or {}, envs or {}, features or {}
+    data = {
+        "schema_version": 1,
+        "bundle": bundle,
+        "version": version,
+        "build_number": build_number,
+        "platform": "linux-64",
+        "backends": {
+            b: backend_entry(b, binaries.get(b), envs.get(b), features.get(b)) for b in backends
+        },
+    }
+    if recipes:
+        data["serve"] = {"recipes": recipes}
+    path = prefix / "share" / "onebit" / "manifest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def write_stub_bundle(prefix: Path, backends=STRIX, **kw) -> Path:
+    """A bundle whose every llama-server is the recording stub (a script, so it can be exec'd)."""
+    binaries = {}
+    for b in backends:
+        rel = f"libexec/onebit/{b}/llama-server"
+        p = prefix / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = {str(p)!r}\n"
+                     f"runpy.run_path({str(STUB)!r}, run_name='__main__')\n")
+        p.chmod(0o755)
+        binaries[b] = rel
+    return write_manifest(prefix, backends, binaries=binaries, **kw)
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("models")
+    m = {
+        "dense": write_tiny_gguf(d / "dense.gguf"),
+        "moe": write_tiny_gguf(d / "moe.gguf", experts=4),
+        "rot": write_tiny_gguf(d / "rot.gguf", hadamard=32),
+        "rot-moe": write_tiny_gguf(d / "rot-moe.gguf", hadamard=32, experts=4),
+        "rot64": write_tiny_gguf(d / "rot64.gguf", hadamard=64),
+        "draft16": write_tiny_gguf(d / "draft16.gguf", dflash_block_size=16),
+        "draft": write_tiny_gguf(d / "draft.gguf"),
+        "qwen": write_tiny_gguf(d / "qwen.gguf", arch="qwen3"),
+        "pkg": write_onebp(d / "model.1bp"),
+    }
+    return m
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 30.0, status: int = 200) -> None:
+    import requests
+
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            r = requests.get(url, timeout=1)
+            if r.status_code == status:
+                return
+            last = r.status_code
+        except requests.RequestException as e:
+            last = e
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer {status} within {timeout}s (last: {last})")
+
+
+@pytest.fixture(scope="session")
+def serve_prefix(request) -> Path:
+    """The installed CPU bundle: conftest's cpu_bundle_prefix, else (dev only) $ONEBIT_TEST_PREFIX."""
+    try:
+        return Path(request.getfixturevalue("cpu_bundle_prefix"))
+    except pytest.FixtureLookupError:
+        pass
+    dev = os.environ.get("ONEBIT_TEST_PREFIX")
+    if dev and (Path(dev) / "share" / "onebit" / "manifest.json").is_file():
+        return Path(dev)
+    pytest.skip("no installed CPU bundle (cpu_bundle_prefix fixture or ONEBIT_TEST_PREFIX)")
