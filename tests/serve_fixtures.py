@@ -76,8 +76,7 @@ def write_stub_bundle(prefix: Path, backends=STRIX, **kw) -> Path:
         rel = f"libexec/onebit/{b}/llama-server"
         p = prefix / rel
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = {str(p)!r}\n"
-                     f"runpy.run_path({str(STUB)!r}, run_name='__main__')\n")
+        p.write_text(f"#!{sys.executable}\n" + STUB.read_text())
         p.chmod(0o755)
         binaries[b] = rel
     return write_manifest(prefix, backends, binaries=binaries, **kw)
