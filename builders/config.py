@@ -1,6 +1,7 @@
 """The declarative inputs: pins.yaml, recipes/*.yaml, bundles/*.yaml, loaded, validated and cross-checked."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,27 @@ class Patch:
     upstream: str
     path: Path
 
+    @property
+    def sha256(self) -> str:
+        return file_sha256(self.path)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_digest(root: Path) -> str:
+    """A digest of every file under root (names and contents), ignoring caches."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        h.update(file_sha256(path).encode())
+    return h.hexdigest()
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -66,6 +88,7 @@ class Tool:
     path: str | None = None
     why: str | None = None
     optional: bool = False
+    pkgconfig: str | None = None
 
     @property
     def key(self) -> str:
@@ -181,6 +204,7 @@ class Project:
     recipes: dict[str, Recipe]
     bundles: dict[str, Bundle]
     pins_doc: yamlio.Document
+    digests: dict[str, str] = field(default_factory=dict)  # patch files and local sources, read once at load
 
     def bundle(self, name: str) -> Bundle:
         if name not in self.bundles:
@@ -231,7 +255,7 @@ def load_pins(path: Path) -> tuple[dict[str, Pin], yamlio.Document, list[str]]:
 
 def load_project(root: Path | str, *, strict: bool = True) -> Project:
     """Load and validate everything under root. All problems are collected and raised together."""
-    root = Path(root)
+    root = Path(root).resolve()
     problems: list[str] = []
     docs_with_errors: list[str] = []
 
@@ -313,4 +337,12 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
 
     if problems and strict:
         raise ValidationError(problems)
-    return Project(root=root, pins=pins, recipes=recipes, bundles=bundles, pins_doc=pins_doc)
+    digests: dict[str, str] = {}
+    for recipe in recipes.values():
+        for patch in recipe.patches(root):
+            if patch.path.is_file():
+                digests[str(patch.path)] = patch.sha256
+        local = recipe.source.get("local")
+        if local and (root / local).is_dir():
+            digests[f"local:{local}"] = tree_digest(root / local)
+    return Project(root=root, pins=pins, recipes=recipes, bundles=bundles, pins_doc=pins_doc, digests=digests)

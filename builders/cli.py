@@ -1,0 +1,208 @@
+"""`1bit-build`: validate, plan, fetch, build and install bundles; check patches; move pins."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from . import config, host
+from .errors import OnebitError
+from .plan import all_tools, make_plan
+from .plan_types import Layout, Plan
+
+console = Console(stderr=True)
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("ONEBIT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "onebit")
+
+
+def layout_for(args, bundle: str) -> Layout:
+    root = Path(args.root).resolve()
+    work = Path(args.work).resolve() if args.work else root / ".onebit" / "work" / bundle
+    out = Path(args.out).resolve() if args.out else root / ".onebit" / "out" / bundle
+    return Layout(root=root, cache=Path(args.cache).resolve() if args.cache else default_cache(), work=work, out=out)
+
+
+def _plan(args) -> tuple[config.Project, Plan]:
+    project = config.load_project(args.root)
+    facts = host.gather(all_tools(project, args.bundle))
+    only = set(args.only) if getattr(args, "only", None) else None
+    plan = make_plan(project, args.bundle, facts, layout_for(args, args.bundle), build_number=args.build_number, only=only)
+    return project, plan
+
+
+def print_plan(plan: Plan) -> None:
+    out = Console()
+    out.print(f"[bold]plan[/] {plan.bundle} {plan.version} build {plan.build_number} ({plan.platform}): {len(plan.steps)} steps")
+    for i, step in enumerate(plan.steps, 1):
+        out.print(f"[bold cyan]{i:3}. {step.id}[/]  [dim]key {step.key[:16]}[/]")
+        out.print(f"     {step.title}", highlight=False)
+        for cmd in step.commands:
+            out.print(f"     $ {cmd.shell()}", highlight=False, soft_wrap=True)
+    for line in plan.refusals:
+        out.print(f"[red]refused[/] {line}", highlight=False)
+    if plan.missing:
+        out.print("[yellow]missing toolchains[/] (build would stop):")
+        for line in plan.missing:
+            out.print(f"  - {line}", highlight=False)
+
+
+def cmd_validate(args) -> int:
+    project = config.load_project(args.root)
+    console.print(f"[green]ok[/]: {len(project.pins)} pins, {len(project.recipes)} recipes, {len(project.bundles)} bundles")
+    return 0
+
+
+def cmd_plan(args) -> int:
+    _, plan = _plan(args)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        print_plan(plan)
+    return 1 if plan.refusals else 0
+
+
+def _refuse(plan: Plan, *, tools: bool = True) -> None:
+    problems = []
+    if plan.refusals:
+        problems.append("these recipes use unresolved pins:\n  - " + "\n  - ".join(plan.refusals))
+    if tools and plan.missing:
+        problems.append("missing toolchains:\n  - " + "\n  - ".join(plan.missing))
+    if problems:
+        raise OnebitError(f"cannot build bundle {plan.bundle!r}; nothing was done.\n" + "\n".join(problems),
+                          hint="set the variables above (or install the tools), or build a subset with --only")
+
+
+def cmd_fetch(args) -> int:
+    from .execute import Executor
+
+    project, plan = _plan(args)
+    _refuse(plan, tools=False)
+    plan.steps = [s for s in plan.steps if s.action in ("fetch", "wheels")]
+    report = Executor(plan, project, offline=args.offline, console=console).run()
+    console.print(f"[green]fetched[/] {len(report.ran)} source(s), {len(report.cached)} already cached")
+    return 0
+
+
+def cmd_build(args) -> int:
+    from .execute import Executor
+
+    project, plan = _plan(args)
+    if args.dry_run:
+        print_plan(plan)
+        return 1 if plan.refusals else 0
+    _refuse(plan)
+    report = Executor(plan, project, offline=args.offline, force=args.force, console=console).run()
+    built = sum(1 for s in report.ran if s.startswith("build:"))
+    console.print(f"[green]done[/]: {len(report.ran)} step(s) ran ({built} build), {len(report.cached)} cached; "
+                  f"output in {plan.layout.out}")
+    return 0
+
+
+def cmd_install(args) -> int:
+    from .install import install_bundle
+
+    installed = install_bundle(Path(args.channel), Path(args.prefix).resolve(), args.bundle,
+                               cache_dir=default_cache() / "pkgs")
+    console.print(f"[green]installed[/] into {args.prefix}: " + ", ".join(installed))
+    return 0
+
+
+def cmd_patches(args) -> int:
+    from . import fetch, patch
+
+    project = config.load_project(args.root)
+    lay = layout_for(args, "patches")
+    table = Table("recipe", "patch", "result", "where")
+    failed = False
+    for recipe in project.recipes.values():
+        if args.recipe and recipe.name not in args.recipe:
+            continue
+        patches = recipe.patches(project.root)
+        if not patches:
+            continue
+        pin = project.pins[recipe.pin_name]
+        dest = lay.git_cache(pin.commit)
+        fetch.fetch_pin(pin, dest, lay.downloads(), offline=args.offline)
+        for r in patch.drift_report(dest, pin.commit, [p.path for p in patches]):
+            failed |= not r.ok
+            table.add_row(recipe.name, r.patch, r.status, " ".join(x for x in (r.file or "", r.hunk or "") if x) or r.detail)
+    Console().print(table)
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="1bit-build", description="Build, package and install 1bit engine bundles.")
+    p.add_argument("--root", default=".", help="project root holding pins.yaml, recipes/, bundles/ (default: .)")
+    p.add_argument("--cache", help="source/download/step cache (default: $ONEBIT_CACHE or ~/.cache/onebit)")
+    p.add_argument("--work", help="work dir for this bundle (default: ROOT/.onebit/work/BUNDLE)")
+    p.add_argument("--out", help="where the finished bundle goes (default: ROOT/.onebit/out/BUNDLE)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("validate", help="check pins.yaml, recipes and bundles against their schemas; report every error")
+    s.set_defaults(func=cmd_validate)
+
+    def bundle_args(s, *, offline=True):
+        s.add_argument("bundle", metavar="BUNDLE")
+        s.add_argument("--only", action="append", metavar="RECIPE", help="only this recipe or variant (repeatable)")
+        s.add_argument("--build-number", type=int, help="override the bundle's build number")
+        if offline:
+            s.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
+
+    s = sub.add_parser("plan", help="print the ordered steps with exact commands and cache keys (runs nothing)")
+    bundle_args(s, offline=False)
+    s.add_argument("--dry-run", action="store_true", help="accepted for symmetry with build; plan never runs anything")
+    s.add_argument("--json", action="store_true", help="print the plan as JSON")
+    s.set_defaults(func=cmd_plan)
+
+    s = sub.add_parser("fetch", help="fetch and verify every source of a bundle into the cache")
+    bundle_args(s)
+    s.set_defaults(func=cmd_fetch)
+
+    s = sub.add_parser("build", help="fetch, patch, build, stage and package a bundle")
+    bundle_args(s)
+    s.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    s.add_argument("--force", action="store_true", help="ignore the step cache")
+    s.set_defaults(func=cmd_build)
+
+    s = sub.add_parser("install", help="install a bundle from a local channel into a prefix (offline, py-rattler)")
+    s.add_argument("bundle", metavar="BUNDLE")
+    s.add_argument("--channel", required=True, metavar="DIR")
+    s.add_argument("--prefix", required=True, metavar="P")
+    s.set_defaults(func=cmd_install)
+
+    s = sub.add_parser("patches", help="check the recipes' patch files against their pinned commits (drift report)")
+    s.add_argument("action", choices=["check"])
+    s.add_argument("recipe", nargs="*")
+    s.add_argument("--offline", action="store_true")
+    s.set_defaults(func=cmd_patches)
+
+    try:
+        from .pins.cli import register
+    except ImportError:
+        register = None
+    if register is not None:
+        register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except OnebitError as exc:
+        console.print(f"[bold red]error[/]: {exc}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]: finished outputs are intact; run again to continue")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

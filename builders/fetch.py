@@ -1,0 +1,246 @@
+"""fetch: sources into a content-addressed cache keyed by commit SHA, verified, trying mirrors in order.
+
+A mirror is a git URL or an sdist on the Python package index that vendors the upstream with its git objects
+(llama-cpp-python carries llama.cpp's). Offline, only the caches and local mirrors are used.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import git
+
+from .config import Mirror, Pin
+from .errors import FetchError
+
+Log = Callable[[str], None]
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+def is_local(url: str) -> bool:
+    return url.startswith("file://") or url.startswith("/")
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_commit(repo_dir: Path, commit: str) -> str | None:
+    """None when repo_dir holds `commit` with every object it needs; otherwise what is wrong."""
+    repo = git.Repo(repo_dir)
+    try:
+        kind = repo.git.cat_file("-t", commit)
+    except git.GitCommandError:
+        return f"commit {commit} is not in the repository"
+    if kind != "commit":
+        return f"{commit} is a {kind}, not a commit"
+    try:
+        missing = [line for line in repo.git.rev_list("--objects", "--missing=print", "-n", "1", commit).splitlines()
+                   if line.startswith("?")]
+    except git.GitCommandError as exc:
+        return f"objects of {commit} are unreadable: {exc.stderr.strip()}"
+    if missing:
+        return f"{len(missing)} object(s) of commit {commit} are missing (first: {missing[0][1:]})"
+    return None
+
+
+def cached(dest: Path, commit: str) -> bool:
+    return dest.is_dir() and verify_commit(dest, commit) is None
+
+
+def _fetch_into_new_repo(dest: Path, url: str, commit: str, *, timeout: int = 600) -> None:
+    """git fetch exactly `commit` from url into a fresh bare repo at dest (atomic: written aside, renamed)."""
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    repo = git.Repo.init(tmp, bare=True)
+    try:
+        repo.git.fetch("--quiet", "--depth=1", "--no-tags", url, commit, kill_after_timeout=timeout,
+                       env={"GIT_TERMINAL_PROMPT": "0"})
+        problem = verify_commit(tmp, commit)
+        if problem:
+            raise FetchError(problem)
+        repo.git.update_ref("refs/onebit/pinned", commit)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remote_tag_commit(url: str, tag: str, timeout: int = 60) -> str | None:
+    """The commit a tag points at on a remote (peeled), or None if the tag is absent."""
+    out = git.Git().ls_remote("--tags", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}", kill_after_timeout=timeout,
+                              env={"GIT_TERMINAL_PROMPT": "0"})
+    refs = dict(reversed(line.split("\t")) for line in out.splitlines() if "\t" in line)
+    return refs.get(f"refs/tags/{tag}^{{}}") or refs.get(f"refs/tags/{tag}")
+
+
+def check_tag(pin: Pin, url: str) -> None:
+    if not pin.tag:
+        return
+    at = remote_tag_commit(url, pin.tag)
+    if at is None:
+        raise FetchError(f"tag {pin.tag!r} no longer exists at {url}", where=pin.where,
+                         hint="the tag was deleted upstream; re-pin with `1bit-build pins bump " + pin.name + "`")
+    if at != pin.commit:
+        raise FetchError(
+            f"tag {pin.tag!r} moved: pins.yaml says {pin.commit}, {url} now says {at}",
+            where=pin.where,
+            hint="someone re-tagged upstream. Review the new commit, then re-pin it "
+                 f"(`1bit-build pins bump {pin.name}`), or drop `tag:` to keep the verified old commit",
+        )
+
+
+@dataclass
+class SdistMirror:
+    spec: dict
+    downloads: Path
+
+    @property
+    def dir(self) -> Path:
+        return self.downloads / self.spec["sha256"]
+
+    def find(self) -> Path | None:
+        if not self.dir.is_dir():
+            return None
+        for f in sorted(self.dir.iterdir()):
+            if f.name.endswith((".tar.gz", ".zip", ".tar.bz2")) and not f.name.startswith("."):
+                return f
+        return None
+
+    def download(self, log: Log) -> Path:
+        """pip download the sdist by name, check its sha256, keep it in downloads/<sha256>/."""
+        req = f"{self.spec['package']}=={self.spec['version']}"
+        with tempfile.TemporaryDirectory(prefix="onebit-dl-", dir=self.downloads.parent if self.downloads.parent.exists() else None) as tmp:
+            log(f"pip download {req} (sdist)")
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", tmp,
+                 "--disable-pip-version-check", "--quiet", req],
+                capture_output=True, text=True,
+            )
+            if proc.returncode != 0:
+                raise FetchError(f"pip could not download {req}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
+            files = [p for p in Path(tmp).iterdir() if p.is_file()]
+            if len(files) != 1:
+                raise FetchError(f"pip download {req} gave {len(files)} files, expected one sdist")
+            got = sha256_of(files[0])
+            if got != self.spec["sha256"]:
+                raise FetchError(
+                    f"sha256 mismatch for {files[0].name}: pins.yaml expects {self.spec['sha256']}, the index served {got}",
+                    hint="the file on the index is not the one pinned: do not build from it. If the pin is wrong, "
+                         "fix pins.yaml's sha256 after checking the file by hand",
+                )
+            self.dir.mkdir(parents=True, exist_ok=True)
+            final = self.dir / files[0].name
+            shutil.move(str(files[0]), str(final.with_name("." + final.name + ".part")))
+            os.replace(final.with_name("." + final.name + ".part"), final)
+            return final
+
+    def git_dir(self, sdist: Path, into: Path) -> Path:
+        """Unpack only the vendored git dir of the sdist."""
+        got = sha256_of(sdist)
+        if got != self.spec["sha256"]:
+            raise FetchError(
+                f"sha256 mismatch for cached {sdist.name}: expected {self.spec['sha256']}, found {got}",
+                hint=f"the download cache is corrupt; delete {sdist.parent} and fetch again",
+            )
+        prefix = self.spec["git_dir"].rstrip("/") + "/"
+        with tarfile.open(sdist) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+            if not members:
+                raise FetchError(f"{sdist.name} has no {self.spec['git_dir']}",
+                                 hint="this sdist does not carry the upstream's git objects; fix git_dir in pins.yaml")
+            tar.extractall(into, members=members, filter="data")
+        return into / self.spec["git_dir"]
+
+
+def fetch_pin(pin: Pin, dest: Path, downloads: Path, *, offline: bool = False, log: Log = _noop) -> str:
+    """Make dest a bare repo holding pin.commit. Returns how it was obtained. Raises FetchError naming every mirror tried."""
+    if pin.commit is None:
+        raise FetchError(f"pin {pin.name!r} is unresolved: {pin.unresolved}", where=pin.where,
+                         hint=f"resolve it with `1bit-build pins bump {pin.name}`")
+    if cached(dest, pin.commit):
+        return "cache"
+    failures: list[str] = []
+    for i, mirror in enumerate(pin.fetch_order(), 1):
+        label = f"{i}) {mirror.describe()}"
+        try:
+            how = _try_mirror(pin, mirror, dest, downloads, offline=offline, log=log)
+        except FetchError as exc:
+            if "moved" in exc.what or "sha256 mismatch" in exc.what or "no longer exists" in exc.what:
+                raise
+            failures.append(f"{label}: {exc.what}")
+            continue
+        except git.GitCommandError as exc:
+            failures.append(f"{label}: {(exc.stderr or str(exc)).strip().splitlines()[-1] if (exc.stderr or str(exc)).strip() else exc}")
+            continue
+        if how is None:
+            failures.append(f"{label}: skipped (offline)")
+            continue
+        return how
+    raise FetchError(
+        f"commit {pin.commit} of {pin.name} could not be fetched from any mirror:\n    " + "\n    ".join(failures),
+        where=pin.where,
+        hint="run without --offline to download, add a mirror that has this commit, or check the commit in pins.yaml"
+        if offline else "add a mirror that has this commit, or check the commit in pins.yaml",
+    )
+
+
+def _try_mirror(pin: Pin, mirror: Mirror, dest: Path, downloads: Path, *, offline: bool, log: Log) -> str | None:
+    if mirror.kind == "pypi_sdist":
+        sd = SdistMirror(mirror.spec, downloads)
+        sdist = sd.find()
+        if sdist is None:
+            if offline:
+                raise FetchError(f"not in the download cache ({sd.dir}) and --offline forbids downloading")
+            sdist = sd.download(log)
+        with tempfile.TemporaryDirectory(prefix="onebit-sdist-") as tmp:
+            gdir = sd.git_dir(sdist, Path(tmp))
+            log(f"git fetch {pin.short} from {sdist.name}:{mirror.spec['git_dir']}")
+            _fetch_into_new_repo(dest, str(gdir), pin.commit)
+        return f"sdist {sdist.name}"
+    url = mirror.spec
+    if offline and not is_local(url):
+        return None
+    log(f"git fetch {pin.short} from {url}")
+    _fetch_into_new_repo(dest, url, pin.commit)
+    check_tag(pin, url)
+    return f"git {url}"
+
+
+def fetch_wheels(requirements: list[str], dest: Path, *, offline: bool = False, log: Log = _noop) -> str:
+    stamp = dest / ".complete"
+    if stamp.is_file() and stamp.read_text().split("\n") == sorted(requirements):
+        return "cache"
+    if offline:
+        raise FetchError(f"wheels for {', '.join(requirements)} are not in the cache ({dest}) and --offline forbids downloading",
+                         hint="run `1bit-build fetch BUNDLE` once with network")
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    log(f"pip download {len(requirements)} requirement(s) as wheels")
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--only-binary", ":all:", "--dest", str(tmp),
+                           "--disable-pip-version-check", "--quiet", *requirements], capture_output=True, text=True)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FetchError(f"pip could not download wheels: {proc.stderr.strip()[-400:]}")
+    (tmp / ".complete").write_text("\n".join(sorted(requirements)))
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, dest)
+    return "downloaded"

@@ -1,0 +1,113 @@
+"""Host facts: which tools exist where, at which version. Gathered once (impure); everything after is pure."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .config import Tool
+
+_VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+
+
+@dataclass(frozen=True)
+class ToolFact:
+    key: str
+    path: str  # where the tool is, or where it is expected (for a toolchain root that is missing)
+    found: bool
+    version: str | None = None
+    root: str | None = None
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    tools: Mapping[str, ToolFact] = field(default_factory=dict)
+    net_cut: tuple[str, ...] = ()  # argv prefix that runs a command without network; () where the host can't
+    jobs: int = 2
+    python: str = sys.executable
+    platform: str = "linux-64"
+    home: str = str(Path.home())
+    python_tag: str = f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+def parse_version(text: str) -> str | None:
+    m = _VERSION.search(text or "")
+    return m.group(1) if m else None
+
+
+def version_ok(version: str | None, spec: str | None) -> bool:
+    if not spec:
+        return True
+    if version is None:
+        return False
+    try:
+        return Version(version) in SpecifierSet(spec)
+    except (InvalidSpecifier, InvalidVersion):
+        return False
+
+
+def _run_version(argv: list[str]) -> str | None:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_version(proc.stdout + "\n" + proc.stderr)
+
+
+def detect_tool(tool: Tool, env: Mapping[str, str]) -> ToolFact:
+    if tool.pkgconfig:
+        pc = shutil.which("pkg-config")
+        version = _run_version([pc, "--modversion", tool.pkgconfig]) if pc else None
+        return ToolFact(tool.key, f"pkg-config:{tool.pkgconfig}", version is not None, version)
+    if tool.env or tool.path:
+        root = env.get(tool.env, "") if tool.env else ""
+        root = root or tool.default or ""
+        exe = Path(root) / (tool.path or tool.tool)
+        found = exe.is_file() and os.access(exe, os.X_OK)
+        version = _run_version([str(exe), "--version"]) if found and tool.version else None
+        if found and exe.suffix == "" and tool.path == "Makefile":
+            found = exe.is_file()
+        return ToolFact(tool.key, str(exe), found, version, root)
+    path = shutil.which(tool.tool, path=env.get("PATH"))
+    if path is None:
+        return ToolFact(tool.key, tool.tool, False)
+    version = _run_version([path, "--version"]) if tool.version else None
+    return ToolFact(tool.key, path, True, version)
+
+
+def probe_net_cut() -> tuple[str, ...]:
+    """The argv prefix that runs a command in a new, empty network namespace, or () where the host forbids it."""
+    exe = shutil.which("unshare")
+    if not exe:
+        return ()
+    candidates = [("unshare", "--net", "--"), ("unshare", "--net", "--map-root-user", "--")]
+    for prefix in candidates:
+        try:
+            proc = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if proc.returncode == 0:
+            return prefix
+    return ()
+
+
+def gather(tools: Iterable[Tool], env: Mapping[str, str] | None = None) -> HostFacts:
+    env = dict(os.environ if env is None else env)
+    facts: dict[str, ToolFact] = {}
+    for tool in tools:
+        if tool.key not in facts:
+            facts[tool.key] = detect_tool(tool, env)
+    return HostFacts(
+        tools=facts,
+        net_cut=probe_net_cut(),
+        jobs=os.cpu_count() or 2,
+        python=sys.executable,
+    )

@@ -1,0 +1,34 @@
+"""install: a bundle from a local channel into a prefix, offline, with py-rattler."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from .errors import OnebitError
+
+
+def install_bundle(channel: Path, prefix: Path, bundle: str, *, cache_dir: Path | None = None,
+                   platform: str = "linux-64") -> list[str]:
+    import rattler
+    from rattler import Channel, ChannelConfig
+
+    channel = channel.resolve()
+    if not (channel / platform / "repodata.json").is_file():
+        raise OnebitError(f"{channel} is not a conda channel (no {platform}/repodata.json)",
+                          hint="point --channel at the channel/ directory of a built bundle (1bit-build build BUNDLE)")
+    spec = f"onebit-bundle-{bundle}"
+
+    async def go() -> list[str]:
+        config = ChannelConfig(channel_alias="file:///", root_dir=str(channel.parent))
+        source = Channel(channel.as_uri(), config)
+        try:
+            records = await rattler.solve(sources=[source], specs=[spec], platforms=[platform, "noarch"],
+                                          virtual_packages=[], timestamp_policy="ignore")
+        except Exception as exc:  # rattler raises its own exception types for unsatisfiable specs
+            raise OnebitError(f"cannot install {spec} from {channel}: {exc}",
+                              hint="is the bundle name right? `ls CHANNEL/linux-64` lists what the channel holds") from None
+        await rattler.install(records, target_prefix=str(prefix), cache_dir=str(cache_dir) if cache_dir else None,
+                              show_progress=False)
+        return sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records)
+
+    return asyncio.run(go())

@@ -1,0 +1,81 @@
+"""CMake + Ninja, out of tree, ccache when present; install into a DESTDIR."""
+from __future__ import annotations
+
+from ..plan_types import Command
+
+
+def cmake_value(value: object) -> str:
+    if value is True:
+        return "ON"
+    if value is False:
+        return "OFF"
+    return str(value)
+
+
+class CMakeKind:
+    name = "cmake"
+
+    def configure_argv(self, ctx) -> list[str]:
+        argv = [
+            "cmake", "-S", ctx.source, "-B", ctx.build, "-G", "Ninja",
+            f"-DCMAKE_BUILD_TYPE={ctx.build_type}",
+            f"-DCMAKE_INSTALL_PREFIX={ctx.prefix}",
+            "-DCMAKE_INSTALL_LIBDIR=lib",
+        ]
+        if ctx.launcher:
+            argv += [f"-DCMAKE_C_COMPILER_LAUNCHER={ctx.launcher}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ctx.launcher}"]
+        argv += [f"-D{k}={cmake_value(v)}" for k, v in ctx.options.items()]
+        return argv
+
+    def build(self, ctx) -> list[Command]:
+        from . import env_items
+
+        env = env_items(ctx)
+        build = ["cmake", "--build", ctx.build, "--parallel", str(ctx.jobs)]
+        targets = [t for t in ctx.targets if t != "all"]
+        if targets:
+            build += ["--target", *targets]
+        return [
+            Command(tuple(ctx.net_cut) + tuple(self.configure_argv(ctx)), env=env),
+            Command(tuple(ctx.net_cut) + tuple(build), env=env),
+        ]
+
+    def install(self, ctx) -> list[Command]:
+        from . import env_items
+
+        return [Command(("cmake", "--install", ctx.build), env=env_items(ctx, DESTDIR=ctx.destdir))]
+
+
+STALE_MARKER = "Manually-specified variables were not used by the project:"
+
+
+def unused_variables(output: str) -> list[str]:
+    """Pure: the variables CMake says it ignored (a stale or misspelt flag that silently builds another path)."""
+    if STALE_MARKER not in output:
+        return []
+    tail = output.split(STALE_MARKER, 1)[1].splitlines()
+    names = []
+    for line in tail[1:]:
+        if not line.strip():
+            if names:
+                break
+            continue
+        if not line.startswith("    "):
+            break
+        names.append(line.strip())
+    return names
+
+
+def check_output(command_index: int, output: str) -> str | None:
+    """Called by the executor after each command; a message makes the build fail."""
+    if command_index != 0:
+        return None
+    unused = unused_variables(output)
+    if unused:
+        return ("CMake ignored these -D options: " + ", ".join(unused) +
+                ". A stale or misspelt flag silently builds a different path (say, CPU instead of GPU); "
+                "fix or remove it in the recipe's build.options")
+    return None
+
+
+CMakeKind.check_output = staticmethod(check_output)

@@ -1,0 +1,24 @@
+"""zig build, with -D options, installing straight into the staged prefix."""
+from __future__ import annotations
+
+from ..plan_types import Command
+
+
+class ZigKind:
+    name = "zig"
+
+    def build(self, ctx) -> list[Command]:
+        from . import env_items
+
+        options = dict(ctx.options)
+        argv = ["zig", "build", *[t for t in ctx.targets if t != "install"]]
+        optimize = options.pop("optimize", None)
+        if optimize:
+            argv.append(f"-Doptimize={optimize}")
+        argv += [f"-D{k}={v}" for k, v in options.items()]
+        argv += ["--prefix", ctx.build_prefix, "--cache-dir", f"{ctx.build}/zig-cache", "-j" + str(ctx.jobs)]
+        return [Command(tuple(ctx.net_cut) + tuple(argv), cwd=ctx.source, env=env_items(ctx, ZIG_GLOBAL_CACHE_DIR=f"{ctx.build}/zig-global-cache"))]
+
+    def install(self, ctx) -> list[Command]:
+        # `zig build --prefix` installed into the build dir; staging copies it
+        return [Command(("mkdir", "-p", ctx.staged_prefix)), Command(("cp", "-a", f"{ctx.build_prefix}/.", ctx.staged_prefix))]

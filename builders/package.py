@@ -1,0 +1,135 @@
+"""package: one .conda per variant (py-rattler-build), a metapackage per bundle, a local channel (py-rattler),
+a tar.zst of the installed tree, and SHA256SUMS. Every file is written aside and renamed into place."""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import zstandard
+
+# A fixed timestamp makes packages reproducible: the same inputs give the same bytes.
+FIXED_TIME = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def source_date() -> dt.datetime:
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    return dt.datetime.fromtimestamp(int(epoch), tz=dt.timezone.utc) if epoch else FIXED_TIME
+
+
+def conda_filename(name: str, version: str, build_string: str) -> str:
+    return f"{name}-{version}-{build_string}.conda"
+
+
+def assemble(*, name: str, version: str, build_string: str, build_number: int, files_dir: Path, out_dir: Path,
+             platform: str = "linux-64", license: str | None = None, summary: str | None = None,
+             homepage: str | None = None, depends: Sequence[str] = ()) -> Path:
+    from rattler_build import assemble_package
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / conda_filename(name, version, build_string)
+    with tempfile.TemporaryDirectory(prefix=".assemble-", dir=out_dir) as tmp:
+        result = assemble_package(
+            name=name,
+            version=version,
+            target_platform=platform,
+            build_string=build_string,
+            output_dir=tmp,
+            files_dir=str(files_dir),
+            license=license,
+            summary=summary,
+            homepage=homepage,
+            depends=list(depends),
+            build_number=build_number,
+            timestamp=source_date(),
+            detect_prefix=False,
+        )
+        produced = Path(getattr(result, "path", "") or next(Path(tmp).rglob("*.conda")))
+        os.replace(produced, final)
+    return final
+
+
+def index_channel(packages: Iterable[Path], channel_dir: Path, platform: str = "linux-64") -> Path:
+    """A local channel holding exactly these packages, built aside and swapped into place."""
+    from rattler.index import index_fs
+
+    tmp = channel_dir.with_name(channel_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / platform).mkdir(parents=True)
+    (tmp / "noarch").mkdir()
+    for pkg in packages:
+        shutil.copy2(pkg, tmp / platform / pkg.name)
+    index_fs(tmp, write_zst=False, write_shards=False)
+    replace_dir(tmp, channel_dir)
+    return channel_dir
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    """Swap a finished directory into place; the old one is removed only after the new one is there."""
+    old = target.with_name(target.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        os.replace(target, old)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(new, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def tar_zst(trees: Sequence[Path], extra: dict[str, bytes], out: Path, top: str) -> Path:
+    """A deterministic tar.zst of the merged trees (later trees win), under one top-level directory."""
+    mtime = int(source_date().timestamp())
+    entries: dict[str, Path] = {}
+    for tree in trees:
+        for path in tree.rglob("*"):
+            if path.is_file() or path.is_symlink():
+                entries[path.relative_to(tree).as_posix()] = path
+    tmp = out.with_name("." + out.name + ".part")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cctx = zstandard.ZstdCompressor(level=10, threads=-1)
+    with open(tmp, "wb") as raw, cctx.stream_writer(raw) as zf, tarfile.open(fileobj=zf, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        names = sorted(set(entries) | set(extra))
+        dirs = sorted({str(Path(n).parent) for n in names if str(Path(n).parent) != "."})
+        all_dirs = sorted({str(p) for d in dirs for p in [Path(d), *Path(d).parents] if str(p) != "."})
+        for d in [""] + all_dirs:
+            info = tarfile.TarInfo(f"{top}/{d}".rstrip("/"))
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, mtime
+            tar.addfile(info)
+        for name in names:
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.mtime, info.uid, info.gid, info.uname, info.gname = mtime, 0, 0, "root", "root"
+            if name in extra:
+                data = extra[name]
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
+                continue
+            path = entries[name]
+            if path.is_symlink():
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
+                tar.addfile(info)
+            else:
+                info.size = path.stat().st_size
+                info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+                with open(path, "rb") as f:
+                    tar.addfile(info, f)
+    os.replace(tmp, out)
+    return out
+
+
+def sha256sums(directory: Path, out: Path) -> Path:
+    lines = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p != out and not p.name.startswith(".")):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        lines.append(f"{h.hexdigest()}  {path.relative_to(directory).as_posix()}\n")
+    tmp = out.with_name("." + out.name + ".part")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, out)
+    return out

@@ -1,0 +1,322 @@
+"""plan: a pure function (project, bundle, host facts, layout) -> ordered steps with exact commands and cache keys.
+
+Every other step executes a plan; nothing decides twice. `1bit-build plan BUNDLE --dry-run` prints it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from .config import Pin, Project, Tool, Variant
+from .host import HostFacts, ToolFact, version_ok
+from .kinds import KINDS, KindContext
+from .plan_types import INSTALL_PREFIX, Command, Layout, Plan, Step, digest
+
+BUILDER_VERSION = "1"  # bump to invalidate every build step key
+_PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::root)?)?)\}")
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a variant builds from: a pinned commit (+patches, +extra pins) or a local directory."""
+
+    key: str
+    dir: str
+    commit: str | None
+    short: str
+    pin: Pin | None
+
+
+def expand(text: str, values: Mapping[str, str], where: str = "") -> str:
+    """Replace {name} placeholders; an unknown one is an error naming the recipe."""
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1)
+        if name not in values:
+            raise KeyError(f"{where}: unknown placeholder {{{name}}}; known: {', '.join(sorted(values))}")
+        return values[name]
+
+    return _PLACEHOLDER.sub(sub, text)
+
+
+def tool_values(variant: Variant, facts: Mapping[str, ToolFact]) -> dict[str, str]:
+    values = {}
+    for tool in variant.toolchain:
+        fact = facts.get(tool.key)
+        if fact is None:
+            continue
+        values[f"tool:{tool.tool}"] = fact.path
+        values[f"tool:{tool.tool}:root"] = fact.root or ""
+    return values
+
+
+def missing_tools(variant: Variant, facts: Mapping[str, ToolFact]) -> list[str]:
+    """One line per required tool that is absent or too old, saying what to do."""
+    out = []
+    for tool in variant.toolchain:
+        if tool.optional:
+            continue
+        fact = facts.get(tool.key)
+        label = f"{tool.tool}{' ' + tool.version if tool.version else ''}"
+        why = f" ({tool.why})" if tool.why else ""
+        if fact is None or not fact.found:
+            if tool.env:
+                out.append(f"{label} for {variant.id}: not found at {fact.path if fact else tool.path}; "
+                           f"set {tool.env} to the toolchain root{why}")
+            elif tool.pkgconfig:
+                out.append(f"{label} for {variant.id}: pkg-config finds no '{tool.pkgconfig}'; install its development package{why}")
+            else:
+                out.append(f"{label} for {variant.id}: '{tool.tool}' is not on PATH; install it{why}")
+        elif not version_ok(fact.version, tool.version):
+            out.append(f"{label} for {variant.id}: found {fact.version or 'an unknown version'} at {fact.path}; "
+                       f"need {tool.version}{' (set ' + tool.env + ')' if tool.env else ''}")
+    return out
+
+
+def _fetch_step(pin: Pin, layout: Layout) -> Step:
+    commands = []
+    for mirror in pin.fetch_order():
+        if mirror.kind == "pypi_sdist":
+            spec = mirror.spec
+            dest = layout.downloads() / spec["sha256"]
+            commands.append(Command(("pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+                                     "--dest", str(dest), f"{spec['package']}=={spec['version']}")))
+            commands.append(Command(("git", "fetch", f"<{spec['package']}-{spec['version']}>/{spec['git_dir']}", pin.commit)))
+        else:
+            commands.append(Command(("git", "fetch", "--depth=1", mirror.spec, pin.commit)))
+    return Step(
+        id=f"fetch:{pin.name}",
+        action="fetch",
+        title=f"fetch {pin.name} @ {pin.short} (verified by commit SHA; mirrors in order)",
+        key=digest("fetch", pin.url, pin.commit),
+        commands=tuple(commands),
+        data={"pin": pin.name, "commit": pin.commit, "dest": str(layout.git_cache(pin.commit))},
+    )
+
+
+def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str, Step]) -> Source:
+    recipe = variant.recipe
+    if recipe.pin_name is None:
+        local = recipe.source["local"]
+        d = project.digests.get(f"local:{local}", "")
+        return Source(key=digest("local", local, d), dir=str(project.root / local), commit=None, short=d[:7], pin=None)
+    pin = project.pins[recipe.pin_name]
+    extra = [(project.pins[e["pin"]], e["into"]) for e in recipe.source.get("extra", [])]
+    for p in [pin] + [e for e, _ in extra]:
+        steps.setdefault(f"fetch:{p.name}", _fetch_step(p, layout))
+    patches = recipe.patches(project.root)
+    key = digest("source", pin.commit, [(p.file, project.digests.get(str(p.path))) for p in patches],
+                 [(e.name, e.commit, into) for e, into in extra])
+    src = layout.src(key)
+    step_id = f"source:{recipe.pin_name}@{pin.short}" + (f"+{len(patches)}p" if patches else "") + (f"+{len(extra)}x" if extra else "")
+    if step_id not in steps:
+        cmds = [
+            Command(("git", "clone", "--shared", "--no-checkout", "--quiet", str(layout.git_cache(pin.commit)), str(src))),
+            Command(("git", "-C", str(src), "checkout", "--quiet", "--detach", pin.commit)),
+        ]
+        for e, into in extra:
+            cmds.append(Command(("git", "clone", "--shared", "--no-checkout", "--quiet", str(layout.git_cache(e.commit)), f"{src}/{into}")))
+            cmds.append(Command(("git", "-C", f"{src}/{into}", "checkout", "--quiet", "--detach", e.commit)))
+        for p in patches:
+            cmds.append(Command(("git", "-C", str(src), "apply", "--check", str(p.path))))
+            cmds.append(Command(("git", "-C", str(src), "apply", str(p.path))))
+        steps[step_id] = Step(
+            id=step_id,
+            action="source",
+            title=f"check out {recipe.pin_name} @ {pin.short}" + (f" and apply {len(patches)} patch(es)" if patches else ""),
+            key=key,
+            commands=tuple(cmds),
+            needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]),
+            data={"dir": str(src), "pin": pin.name, "commit": pin.commit, "patches": [str(p.path) for p in patches],
+                  "extra": [{"pin": e.name, "commit": e.commit, "into": into} for e, into in extra],
+                  "where": str(recipe.path)},
+        )
+    return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin)
+
+
+def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: Layout, build_number: int,
+                   version: str, steps: dict[str, Step]) -> str:
+    """Adds the variant's steps; returns the id of its package step."""
+    recipe = variant.recipe
+    source = _source(project, variant, layout, steps)
+    build_dir = layout.build(variant.id)
+    stage_root = layout.stage(variant.id)
+    stage_tmp = layout.stage_tmp(variant.id)
+    staged_prefix = layout.staged_prefix(variant.id)
+    build_prefix = build_dir / "_prefix"
+    wheels = recipe.source.get("wheels", [])
+    wheels_key = digest("wheels", wheels, host.python_tag)
+    wheels_dir = layout.wheels(wheels_key)
+    values = {
+        "source": source.dir,
+        "build": str(build_dir),
+        "prefix": str(build_prefix),
+        "wheels": str(wheels_dir),
+        "python": host.python,
+        "commit": source.commit or "",
+        "commit7": source.short,
+        "build_number": str(build_number),
+        **tool_values(variant, host.tools),
+    }
+    where = str(recipe.path)
+    options = {k: expand(str(v), values, where) if isinstance(v, str) else v for k, v in variant.options.items()}
+    env = {k: expand(v, values, where) for k, v in variant.env.items()}
+    commands = tuple(tuple(expand(a, values, where) for a in argv) for argv in variant.commands)
+    launcher = host.tools.get("ccache")
+    ctx = KindContext(
+        source=source.dir,
+        build=str(build_dir),
+        destdir=str(stage_tmp),
+        prefix=INSTALL_PREFIX,
+        staged_prefix=str(layout.staged_prefix(variant.id, tmp=True)),
+        build_prefix=str(build_prefix),
+        jobs=host.jobs,
+        build_type=variant.build_type,
+        options=options,
+        env=env,
+        targets=variant.targets,
+        commands=commands,
+        launcher=launcher.path if launcher and launcher.found else None,
+        net_cut=host.net_cut if variant.network == "none" else (),
+    )
+    kind = KINDS[variant.kind]
+    needs = []
+    if source.pin is not None:
+        needs.append(next(s.id for s in steps.values() if s.action == "source" and s.key == source.key))
+    if wheels:
+        wid = f"fetch:wheels:{recipe.name}"
+        steps.setdefault(wid, Step(
+            id=wid,
+            action="wheels",
+            title=f"fetch {len(wheels)} Python requirement(s) as wheels for {recipe.name}",
+            key=wheels_key,
+            commands=(Command(("pip", "download", "--only-binary", ":all:", "--dest", str(wheels_dir), *wheels)),),
+            data={"dir": str(wheels_dir), "requirements": list(wheels)},
+        ))
+        needs.append(wid)
+    toolchain = sorted((t.key, (host.tools.get(t.key).version if host.tools.get(t.key) else None)) for t in variant.toolchain
+                       if not t.optional)
+    build_key = digest("build", BUILDER_VERSION, source.key, variant.kind, options, variant.targets, env, commands,
+                       variant.build_type, toolchain, wheels_key if wheels else None)
+    steps[f"build:{variant.id}"] = Step(
+        id=f"build:{variant.id}",
+        action="build",
+        title=f"build {variant.id} ({variant.kind}{', network cut' if ctx.net_cut else ''})",
+        key=build_key,
+        commands=tuple(kind.build(ctx)),
+        needs=tuple(needs),
+        data={"variant": variant.id, "kind": variant.kind, "build_dir": str(build_dir), "fresh_dir": variant.kind == "script",
+              "where": where},
+    )
+    manifest_entry = None
+    if variant.backend:
+        manifest_entry = {
+            "recipe": recipe.name,
+            "package": variant.package_name,
+            "version": version,
+            "build_number": build_number,
+            "binaries": dict(variant.binaries),
+            "devices": list(variant.devices),
+            "source": {"pin": source.pin.name, "url": source.pin.url, "commit": source.commit,
+                       "patches": [p.file for p in recipe.patches(project.root)]} if source.pin else None,
+            "features": list(variant.features),
+        }
+        if variant.provides_env:
+            manifest_entry["env"] = dict(variant.provides_env)
+    stage_key = digest("stage", build_key, variant.install, variant.keep, variant.binaries, manifest_entry)
+    steps[f"stage:{variant.id}"] = Step(
+        id=f"stage:{variant.id}",
+        action="stage",
+        title=f"stage {variant.id} into a DESTDIR, set RPATH $ORIGIN, check it",
+        key=stage_key,
+        commands=tuple(kind.install(ctx)) if variant.install == "build-system" else (),
+        needs=(f"build:{variant.id}",),
+        data={"variant": variant.id, "stage_root": str(stage_root), "stage_tmp": str(stage_tmp),
+              "tmp_prefix": str(layout.staged_prefix(variant.id, tmp=True)), "prefix": str(staged_prefix),
+              "keep": list(variant.keep),
+              "binaries": dict(variant.binaries), "backend": variant.backend, "manifest_entry": manifest_entry,
+              "build_dir": str(build_dir), "home": host.home, "tests": list(variant.tests),
+              "test_values": {"commit": source.commit or "", "commit7": source.short}},
+    )
+    build_string = f"{variant.name}_h{source.short}_{build_number}"
+    package_key = digest("package", stage_key, variant.package_name, version, build_string, build_number)
+    pid = f"package:{variant.id}"
+    steps[pid] = Step(
+        id=pid,
+        action="package",
+        title=f"package {variant.package_name}-{version}-{build_string}.conda",
+        key=package_key,
+        needs=(f"stage:{variant.id}",),
+        data={"name": variant.package_name, "version": version, "build_string": build_string, "build_number": build_number,
+              "license": recipe.data["license"], "summary": variant.recipe.data["summary"],
+              "homepage": recipe.data.get("homepage"), "prefix": str(staged_prefix),
+              "out": str(layout.packages())},
+    )
+    return pid
+
+
+def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layout, *, build_number: int | None = None,
+              only: set[str] | None = None) -> Plan:
+    bundle = project.bundle(bundle_name)
+    bn = bundle.build_number if build_number is None else build_number
+    plan = Plan(bundle=bundle.name, version=bundle.version, build_number=bn, platform=bundle.platform, layout=layout, steps=[])
+    steps: dict[str, Step] = {}
+    packages: list[str] = []
+    for variant in project.variants(bundle):
+        if only and variant.id not in only and variant.recipe.name not in only:
+            continue
+        pins = [variant.recipe.pin_name] + [e["pin"] for e in variant.recipe.source.get("extra", [])]
+        unresolved = [project.pins[p] for p in pins if p and project.pins[p].unresolved]
+        if unresolved:
+            for pin in unresolved:
+                plan.refusals.append(f"{variant.id}: pin {pin.name!r} is unresolved ({pin.where}): {pin.unresolved}")
+            continue
+        plan.missing += missing_tools(variant, host.tools)
+        packages.append(_variant_steps(project, variant, host, layout, bn, bundle.version, steps))
+    if packages:
+        pkg_keys = [steps[p].key for p in packages]
+        meta_key = digest("meta", bundle.name, bundle.version, bn, pkg_keys)
+        nxt = layout.next_out()
+        tar_name = f"onebit-{bundle.name}-{bundle.version}-{bn}-{bundle.platform}.tar.zst"
+        bundle_steps = [
+            Step("bundle:metapackage", "metapackage", f"metapackage onebit-bundle-{bundle.name} with share/onebit/manifest.json",
+                 meta_key, needs=tuple(packages),
+                 data={"name": f"onebit-bundle-{bundle.name}", "packages": packages, "summary": bundle.summary,
+                       "out": str(layout.packages())}),
+            Step("bundle:channel", "channel", "index a local conda channel (py-rattler index_fs)",
+                 digest("channel", meta_key), needs=("bundle:metapackage",), data={"dir": str(nxt / "channel")}),
+            Step("bundle:tarball", "tarball", f"tar.zst of the installed tree: {tar_name}",
+                 digest("tarball", meta_key), needs=("bundle:channel",), data={"file": str(nxt / tar_name)}),
+            Step("bundle:checksums", "checksums", "SHA256SUMS of every artifact", digest("sums", meta_key),
+                 needs=("bundle:tarball",), data={"file": str(nxt / "SHA256SUMS")}),
+            Step("bundle:publish", "publish", f"move the finished bundle into place: {layout.out}", digest("publish", meta_key),
+                 needs=("bundle:checksums",), data={"from": str(nxt), "to": str(layout.out)}),
+        ]
+        for s in bundle_steps:
+            steps[s.id] = s
+    plan.steps = _ordered(steps)
+    return plan
+
+
+def _ordered(steps: dict[str, Step]) -> list[Step]:
+    """Dependencies first, otherwise in insertion order."""
+    done: dict[str, Step] = {}
+
+    def visit(sid: str) -> None:
+        if sid in done:
+            return
+        for need in steps[sid].needs:
+            visit(need)
+        done[sid] = steps[sid]
+
+    for sid in steps:
+        visit(sid)
+    return list(done.values())
+
+
+def all_tools(project: Project, bundle_name: str) -> list[Tool]:
+    tools = []
+    for v in project.variants(project.bundle(bundle_name)):
+        tools.extend(v.toolchain)
+    return tools
