@@ -1,0 +1,465 @@
+"""`pins status` and `pins bump`: resolve each pin, apply the guard rails, and propose the move (a PR or a local edit)."""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .. import yamlio
+from ..config import Pin, Recipe, load_pins
+from ..errors import OnebitError, ValidationError
+from . import decide, gitops
+from .decide import Edit, Move, Proposal, Verdict
+from .edit import edit_pins, write_atomic
+from .http import GitHub, HuggingFace
+from .resolve import Target, pair_value, partner_of, resolve
+
+FORK = ("fork-rebase", "fork-merge")
+
+
+@dataclass
+class Options:
+    names: Sequence[str] = ()
+    cadence: str | None = None
+    open_pr: bool = False
+    dry_run: bool = False
+    allow_rollback: bool = False
+    reason: str | None = None
+    remote: str = "origin"
+    repo: str | None = None  # owner/name of this repository on GitHub
+    base_branch: str | None = None
+
+
+@dataclass
+class Outcome:
+    pin: str
+    state: str  # current | proposed | edited | would-propose | already-proposed | refused | conflict | error
+    detail: str = ""
+    proposal: Proposal | None = None
+    url: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.state in ("refused", "conflict", "error")
+
+
+@dataclass
+class Context:
+    root: Path
+    github: GitHub
+    hf: HuggingFace
+    token: str | None = None
+    log: Callable[[str], None] = lambda msg: None
+    pins: dict[str, Pin] = field(default_factory=dict)
+    text: str = ""
+
+    @property
+    def pins_path(self) -> Path:
+        return self.root / "pins.yaml"
+
+
+def load(root: Path) -> tuple[dict[str, Pin], str]:
+    path = Path(root) / "pins.yaml"
+    pins, _doc, problems = load_pins(path)
+    if problems:
+        raise ValidationError(problems)
+    return pins, path.read_text(encoding="utf-8")
+
+
+def make_context(root: Path | str, env: dict | None = None, log: Callable[[str], None] | None = None) -> Context:
+    env = os.environ if env is None else env
+    ctx = Context(Path(root), GitHub.from_env(env), HuggingFace.from_env(env), GitHub.from_env(env).token, log or (lambda m: None))
+    ctx.pins, ctx.text = load(ctx.root)
+    return ctx
+
+
+def recipes_for(root: Path, pin: str) -> list[tuple[Recipe, bool]]:
+    """Recipes that build from `pin`: (recipe, True when the pin is its main source, so its patches apply)."""
+    out = []
+    for path in sorted((root / "recipes").glob("*.yaml")):
+        try:
+            doc = yamlio.load(path)
+        except OnebitError:
+            continue
+        data = doc.data if isinstance(doc.data, dict) else {}
+        src = data.get("source") if isinstance(data.get("source"), dict) else {}
+        extra = [e.get("pin") for e in src.get("extra") or [] if isinstance(e, dict)]
+        if src.get("pin") == pin or pin in extra:
+            out.append((Recipe(name=str(data.get("name", path.stem)), path=path, data=data, doc=doc), src.get("pin") == pin))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    pin: str
+    policy: str
+    current: str
+    upstream: str
+    state: str  # current | behind | unresolved | error
+
+    @property
+    def failed(self) -> bool:
+        return self.state == "error"
+
+
+def _label(sha: str | None, tag: str | None) -> str:
+    return f"{tag} {decide.short(sha)}" if tag and sha else decide.short(sha)
+
+
+def status(ctx: Context, names: Sequence[str] = ()) -> list[StatusRow]:
+    order = list(ctx.pins)
+    bad = decide.unknown_pins(order, names)
+    if bad:
+        raise OnebitError(f"no pin named {', '.join(map(repr, bad))}", where=str(ctx.pins_path), hint=f"pins: {', '.join(order)}")
+    rows = []
+    for name in [n for n in order if not names or n in names]:
+        pin = ctx.pins[name]
+        try:
+            t = resolve(ctx.pins, name, ctx.github)
+        except OnebitError as exc:
+            rows.append(StatusRow(name, pin.policy, _label(pin.commit, pin.tag), "?", f"error: {exc.what}"))
+            continue
+        if pin.policy in FORK:
+            old_up = (pin.raw.get("upstream") or {}).get("commit")
+            current = f"{decide.short(pin.commit)} on {decide.short(old_up)}"
+            offer = f"{decide.short(t.fork_head)} / upstream {decide.short(t.commit)}"
+            behind = t.commit != old_up
+            moved = t.fork_head != pin.commit
+            state = "unresolved" if not pin.commit else ("behind" if behind else ("fork moved" if moved else "current"))
+        else:
+            current = _label(pin.commit, pin.tag)
+            offer = _label(t.commit, t.tag)
+            state = "unresolved" if not pin.commit else ("current" if t.commit == pin.commit else "behind")
+        rows.append(StatusRow(name, pin.policy, current, offer, state))
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------------- plan one pin
+
+
+class Stop(Exception):
+    """Ends the work on one pin with an outcome (not an error of the whole run)."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__(outcome.detail)
+        self.outcome = outcome
+
+
+def _guard(what: str, v: Verdict, old: str | None, new: str, opts: Options, pin: str) -> None:
+    why = decide.refusal(v, what=what, old=old, new=new, allow_rollback=opts.allow_rollback, reason=opts.reason)
+    if why:
+        raise Stop(Outcome(pin, "refused", why + "; pass --allow-rollback --reason TEXT if this is intended"))
+
+
+def _commit_edits(name: str, pin: Pin, new: str, tag: str | None) -> list[Edit]:
+    edits = [Edit(("pins", name, "commit"), new, replaces="unresolved", after=("policy",))]
+    if tag is not None and (pin.policy in ("release", "tag-pattern")) and tag != pin.tag:
+        edits.append(Edit(("pins", name, "tag"), tag, after=("commit",)))
+    return edits
+
+
+def _companions(ctx: Context, name: str, pin: Pin) -> tuple[list[Edit], list[tuple[str, str | None, str | None]]]:
+    hf = (pin.raw.get("companions") or {}).get("huggingface")
+    if not hf:
+        return [], []
+    rev = ctx.hf.revision(hf["repo"])
+    edits: list[Edit] = []
+    shown: list[tuple[str, str | None, str | None]] = []
+    old_rev = hf.get("revision")
+    if rev != old_rev or any(v is None for v in (hf.get("files") or {}).values()):
+        base = ("pins", name, "companions", "huggingface")
+        edits.append(Edit(base + ("revision",), rev, replaces="unresolved", after=("repo",)))
+        shown.append((f"huggingface {hf['repo']} revision", old_rev, rev))
+        files = hf.get("files") or {}
+        hashes = ctx.hf.file_hashes(hf["repo"], rev, list(files))
+        for fname, digest in hashes.items():
+            if files.get(fname) != digest:
+                edits.append(Edit(base + ("files", fname), digest))
+                shown.append((f"sha256 {fname}", files.get(fname), digest))
+    return edits, shown
+
+
+def _patch_reports(ctx: Context, name: str, pin: Pin, url: str, commit: str) -> tuple[tuple[tuple[str, str], ...], tuple]:
+    reports, checklist = [], []
+    from ..patch import drift_report, render_markdown
+
+    for recipe, main in recipes_for(ctx.root, name):
+        cmds = tuple(str(c) for c in recipe.data.get("hardware_checklist") or [])
+        if cmds:
+            checklist.append((recipe.name, cmds))
+        if not main:
+            continue
+        try:
+            patches = recipe.patches(ctx.root)
+        except Exception:  # a recipe the lead is still shaping: report instead of failing the bump
+            reports.append((recipe.name, "Could not read the recipe's patch list."))
+            continue
+        if not patches:
+            continue
+        present = [p.path for p in patches if p.path.is_file()]
+        missing = [p.file for p in patches if not p.path.is_file()]
+        with gitops.Scratch() as s:
+            s.fetch_tree(url, commit, where=pin.where)
+            md = render_markdown(drift_report(s.dir, commit, present))
+        if missing:
+            md += "\n\nMissing patch files: " + ", ".join(f"`{m}`" for m in missing)
+        reports.append((recipe.name, md))
+    return tuple(reports), tuple(checklist)
+
+
+def plan_pin(ctx: Context, name: str, opts: Options, *, push_forks: bool, proposed: Callable[[str], str | None]) -> Outcome:
+    """Resolve, guard and describe the move of one pin (with its tested-pair partner). Effects: fork push only."""
+    pins = ctx.pins
+    pin = pins[name]
+    t = resolve(pins, name, ctx.github)
+    partner = partner_of(pins, name)
+    partner_new = pair_value(pins, partner, ctx.github) if partner else None
+    moves: list[Move] = []
+    edits: list[Edit] = []
+    kept_tag = None
+    worst = Verdict.IDENTICAL
+
+    if pin.policy in FORK:
+        up = pin.raw["upstream"]
+        old_up = up.get("commit")
+        if t.commit == old_up and t.fork_head == pin.commit and (not partner or partner_new == pins[partner].commit):
+            return Outcome(name, "current", f"{decide.short(pin.commit)} on upstream {decide.short(old_up)}")
+        verdicts: list[Verdict] = []
+
+        def check_upstream(anc: gitops.Ancestry | None) -> None:
+            v = decide.verdict(old_up, t.commit, old_in_new=anc and anc.old_in_new, new_in_old=anc and anc.new_in_old)
+            verdicts.append(v)
+            _guard(f"{name} upstream {up['branch']}", v, old_up, t.commit, opts, name)
+
+        def check_tip(forward: bool, head: str) -> None:
+            if forward or not pin.commit or head == pin.commit:
+                return
+            tag = decide.fork_tag(name, pin.commit)
+            kept = gitops.ls_remote(pin.url, f"refs/tags/{tag}", where=pin.where).get(f"refs/tags/{tag}")
+            if kept == pin.commit and pin.policy == "fork-rebase":
+                return  # our own earlier rebase: the pinned tip is kept by its tag
+            v = Verdict.DIVERGED
+            verdicts.append(v)
+            _guard(f"{name} fork branch {pin.branch} (now {head[:12]})", v, pin.commit, head, opts, name)
+
+        mode = "rebase" if pin.policy == "fork-rebase" else "merge"
+        res = gitops.update_fork(pin=name, mode=mode, fork_url=pin.url, branch=pin.branch, pinned=pin.commit or t.fork_head,
+                                 upstream_url=up["url"], upstream_branch=up["branch"], old_up=old_up, new_up=t.commit,
+                                 push=push_forks, token=ctx.token, where=pin.where, check_tip=check_tip,
+                                 check_upstream=check_upstream)
+        worst = next((v for v in verdicts if not v.forward and v is not Verdict.IDENTICAL), Verdict.AHEAD)
+        if res.operated:
+            kept_tag = res.kept_tag
+        moves.append(Move(f"{name} ({pin.branch})", pin.commit, res.new_tip, compare=decide.compare_url(pin.url, pin.commit, res.new_tip)))
+        moves.append(Move(f"upstream {up['branch']}", old_up, t.commit, compare=decide.compare_url(up["url"], old_up, t.commit),
+                          count=res.count))
+        new = res.new_tip
+        edits += _commit_edits(name, pin, new, None)
+        if t.commit != old_up:
+            edits.append(Edit(("pins", name, "upstream", "commit"), t.commit, after=("branch", "url")))
+        source_url = pin.url
+        notes = None
+    else:
+        new = t.commit
+        partner_current = not partner or partner_new == pins[partner].commit
+        if new == pin.commit and partner_current:
+            return Outcome(name, "current", _label(pin.commit, pin.tag))
+        count = None
+        if pin.commit and new != pin.commit:
+            anc = gitops.ancestry(pin.url, pin.commit, new, new_ref=t.ref, where=pin.where)
+            worst = decide.verdict(pin.commit, new, old_in_new=anc.old_in_new, new_in_old=anc.new_in_old)
+            _guard(name, worst, pin.commit, new, opts, name)
+            count = anc.count
+        elif not pin.commit:
+            worst = Verdict.NEW
+        if new != pin.commit:
+            moves.append(Move(name, pin.commit, new, pin.tag, t.tag, decide.compare_url(pin.url, pin.commit, new), count))
+            edits += _commit_edits(name, pin, new, t.tag)
+        source_url = pin.url
+        notes = t.notes
+
+    if partner and partner_new != pins[partner].commit:
+        ppin = pins[partner]
+        count = None
+        if ppin.commit:
+            pbranch = f"refs/heads/{ppin.branch}" if ppin.branch else None
+            anc = gitops.ancestry(ppin.url, ppin.commit, partner_new, new_ref=pbranch, where=ppin.where)
+            v = decide.verdict(ppin.commit, partner_new, old_in_new=anc.old_in_new, new_in_old=anc.new_in_old)
+            _guard(f"{partner} (tested-pair partner of {name})", v, ppin.commit, partner_new, opts, name)
+            if not v.forward:
+                worst = v
+            count = anc.count
+        moves.append(Move(partner, ppin.commit, partner_new, compare=decide.compare_url(ppin.url, ppin.commit, partner_new), count=count))
+        edits += _commit_edits(partner, ppin, partner_new, None)
+    if not moves or all(m.old == m.new for m in moves):
+        return Outcome(name, "current", _label(pin.commit, pin.tag))
+    lead = next(m for m in moves if m.old != m.new) if moves[0].old == moves[0].new else moves[0]
+    branch = decide.branch_name(name, lead.new)
+    seen = proposed(branch)
+    if seen:
+        return Outcome(name, "already-proposed", f"{branch} was already proposed ({seen}); nothing to do")
+
+    comp_edits, comp_shown = ([], []) if new == pin.commit else _companions(ctx, name, pin)
+    edits += comp_edits
+    reports, checklist = _patch_reports(ctx, name, pin, source_url, new) if new != pin.commit else ((), ())
+    if partner and partner_new != pins[partner].commit:
+        p_reports, p_check = _patch_reports(ctx, partner, pins[partner], pins[partner].url, partner_new)
+        reports, checklist = reports + p_reports, checklist + p_check
+    proposal = Proposal(
+        pin=name, policy=pin.policy, moves=tuple(moves), branch=branch, release_notes=notes,
+        release_url=t.notes_url, patch_reports=reports, checklist=checklist, companions=tuple(comp_shown),
+        kept_tag=kept_tag, rollback_reason=opts.reason if not worst.forward and worst is not Verdict.IDENTICAL else None,
+        verdict=worst, edits=tuple(edits),
+    )
+    return Outcome(name, "planned", proposal=proposal)
+
+
+# ------------------------------------------------------------------------------------------------------- the PR side
+
+
+class Repo:
+    """This repository: where the bump branch is committed (plumbing; the working tree is not touched) and pushed."""
+
+    def __init__(self, root: Path, remote: str, token: str | None):
+        self.root = Path(root)
+        self.remote = remote
+        self.token = token
+        top = gitops.git(["rev-parse", "--show-toplevel"], cwd=self.root, what="pins bump --open-pr needs a git checkout",
+                         where=str(self.root)).stdout.strip()
+        self.top = Path(top)
+        self.rel = (self.root.resolve() / "pins.yaml").relative_to(self.top.resolve()).as_posix()
+
+    def head_text(self) -> str:
+        return gitops.git(["show", f"HEAD:{self.rel}"], cwd=self.top, what="pins.yaml is not committed").stdout
+
+    def remote_url(self) -> str:
+        if "://" in self.remote or self.remote.startswith("/"):
+            return self.remote
+        return gitops.git(["remote", "get-url", self.remote], cwd=self.top, what=f"no git remote {self.remote!r}").stdout.strip()
+
+    def branch_exists(self, branch: str) -> bool:
+        return bool(gitops.ls_remote(self.remote_url(), f"refs/heads/{branch}"))
+
+    def current_branch(self) -> str:
+        return gitops.git(["rev-parse", "--abbrev-ref", "HEAD"], cwd=self.top).stdout.strip()
+
+    def commit_and_push(self, text: str, message: str, branch: str) -> str:
+        blob = gitops.git(["hash-object", "-w", "--stdin"], cwd=self.top, input=text).stdout.strip()
+        with tempfile.TemporaryDirectory(prefix="onebit-index-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            gitops.git(["read-tree", "HEAD"], cwd=self.top, env=env)
+            gitops.git(["update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}"], cwd=self.top, env=env)
+            tree = gitops.git(["write-tree"], cwd=self.top, env=env).stdout.strip()
+        commit = gitops.git(["commit-tree", tree, "-p", "HEAD", "-m", message], cwd=self.top).stdout.strip()
+        url = self.remote_url()
+        gitops.git([*gitops.auth_args(url, self.token), "push", "--quiet", url, f"{commit}:refs/heads/{branch}"], cwd=self.top,
+                   what=f"cannot push {branch} to {self.remote}", hint="the token needs contents: write on this repository")
+        return commit
+
+
+def _commit_message(p: Proposal) -> str:
+    lines = [p.title, ""]
+    for m in p.moves:
+        lines.append(f"{m.label}: {decide.short(m.old)} -> {decide.short(m.new)}")
+    if p.rollback_reason:
+        lines += ["", f"Rollback: {p.rollback_reason}"]
+    return "\n".join(lines) + "\n"
+
+
+def bump(ctx: Context, opts: Options) -> list[Outcome]:
+    order = list(ctx.pins)
+    bad = decide.unknown_pins(order, opts.names)
+    if bad:
+        raise OnebitError(f"no pin named {', '.join(map(repr, bad))}", where=str(ctx.pins_path), hint=f"pins: {', '.join(order)}")
+    if opts.allow_rollback and not (opts.reason or "").strip():
+        raise OnebitError("--allow-rollback needs --reason TEXT", hint="say why the pin must move backwards or sideways")
+    if opts.reason and not opts.allow_rollback:
+        raise OnebitError("--reason is only used with --allow-rollback")
+    selected = decide.select_pins(order, opts.names, {n: p.cadence for n, p in ctx.pins.items()}, opts.cadence)
+
+    repo = slug = base = None
+    head_text = ctx.text
+    if opts.open_pr and not opts.dry_run:
+        ctx.github.need_token()
+        repo = Repo(ctx.root, opts.remote, ctx.token)
+        head_text = repo.head_text()
+        if head_text != ctx.text:
+            raise OnebitError("pins.yaml differs from the committed one", where=str(ctx.pins_path),
+                              hint="commit or stash the change first: a bump PR is based on HEAD")
+        slug = opts.repo or os.environ.get("GITHUB_REPOSITORY") or decide.repo_slug(repo.remote_url())
+        if not slug:
+            raise OnebitError("cannot tell this repository's owner/name", hint="pass --repo OWNER/NAME or set GITHUB_REPOSITORY")
+        base = opts.base_branch or os.environ.get("ONEBIT_PINS_BASE") or os.environ.get("GITHUB_REF_NAME") or repo.current_branch()
+
+    def proposed(branch: str) -> str | None:
+        if repo is None:
+            return None
+        if repo.branch_exists(branch):
+            return f"branch {branch} exists"
+        prs = ctx.github.pulls(slug, state="all", head=f"{slug.split('/')[0]}:{branch}")
+        prs = [p for p in prs if (p.get("head") or {}).get("ref") == branch]
+        if prs:
+            return f"PR #{prs[0]['number']} ({prs[0].get('state')})"
+        return None
+
+    outcomes: list[Outcome] = []
+    done: set[str] = set()
+    for name in selected:
+        if name in done:
+            continue
+        try:
+            partner = partner_of(ctx.pins, name)
+            done.update({name, partner} - {None})
+            ctx.log(f"{name}: resolving ({ctx.pins[name].policy})")
+            out = plan_pin(ctx, name, opts, push_forks=not opts.dry_run, proposed=proposed)
+        except Stop as stop:
+            out = stop.outcome
+        except gitops.ForkConflict as exc:
+            out = Outcome(name, "conflict", str(exc))
+        except OnebitError as exc:
+            out = Outcome(name, "error", str(exc))
+        if out.state == "planned":
+            out = _deliver(ctx, out, opts, repo, slug, base, head_text)
+        outcomes.append(out)
+
+    if not opts.open_pr and not opts.dry_run:
+        planned = [o for o in outcomes if o.state == "edited"]
+        if planned and not any(o.failed for o in outcomes):
+            edits = [e for o in planned for e in o.proposal.edits]
+            write_atomic(ctx.pins_path, edit_pins(ctx.text, edits, where=ctx.pins_path))
+        elif planned:
+            for o in planned:
+                o.state, o.detail = "not-written", "pins.yaml was left untouched because another pin failed"
+    return outcomes
+
+
+def _deliver(ctx: Context, out: Outcome, opts: Options, repo: Repo | None, slug: str | None, base: str | None,
+             head_text: str) -> Outcome:
+    p = out.proposal
+    try:
+        new_text = edit_pins(head_text, p.edits, where=ctx.pins_path)  # verifies the edit even for --dry-run
+    except OnebitError as exc:
+        return Outcome(out.pin, "error", str(exc), p)
+    if opts.dry_run:
+        return Outcome(out.pin, "would-propose", f"{p.title} on {p.branch}", p)
+    if not opts.open_pr:
+        return Outcome(out.pin, "edited", p.title, p)
+    try:
+        repo.commit_and_push(new_text, _commit_message(p), p.branch)
+        body = decide.render_pr_body(p)
+        pr = ctx.github.create_pull(slug, title=p.title, head=p.branch, base=base, body=body)
+        if p.rollback_reason:
+            ctx.github.add_labels(slug, pr["number"], [decide.ROLLBACK_LABEL])
+        for old in ctx.github.pulls(slug, state="open"):
+            ref = (old.get("head") or {}).get("ref", "")
+            if old["number"] != pr["number"] and decide.is_branch_of(out.pin, ref):
+                ctx.github.comment(slug, old["number"], f"Superseded by #{pr['number']} ({p.branch}).")
+                ctx.github.close_pull(slug, old["number"])
+    except OnebitError as exc:
+        return Outcome(out.pin, "error", str(exc), p)
+    return Outcome(out.pin, "proposed", f"PR #{pr['number']}: {p.title}", p, pr.get("html_url"))
