@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import sys
-from pathlib import Path
 
 from .errors import ManifestError, ServeError
 from .inspect import inspect_model
@@ -25,8 +24,15 @@ commands:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (and no usage dump)."""
+
+    def error(self, message: str):
+        raise ServeError(f"{message} (see {self.prog} -h)")
+
+
 def _serve_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="1bit serve",
         allow_abbrev=False,
         description="Serve a GGUF model (or 1BP package) with the right backend of this bundle. "
@@ -139,7 +145,7 @@ def _package_version() -> str:
 
 
 def version_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="1bit version", allow_abbrev=False)
+    ap = _Parser(prog="1bit version", allow_abbrev=False)
     ap.add_argument("--manifest")
     args = ap.parse_args(argv)
     path = default_manifest_path(args.manifest)

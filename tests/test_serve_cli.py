@@ -158,6 +158,8 @@ def test_bundle_recipes_from_manifest(tmp_path, models):
         (["-m", "@dense", "--recipes", "/nonexistent/r.json"], 2, "serve recipes file not found"),
         (["-m", "/nonexistent/model.gguf"], 2, "error: model file not found"),
         (["-m", "@trunc"], 2, "malformed or truncated GGUF"),
+        (["-m", "@dense", "--port", "abc"], 2, "error: argument --port: invalid int value: 'abc'"),
+        (["-m", "@dense", "--device", "tpu"], 2, "argument --device: invalid choice: 'tpu'"),
     ],
 )
 def test_user_mistakes_are_one_line(bundle, models, tmp_path, args, code, text):
