@@ -62,6 +62,7 @@ def git(args: Sequence[str], *, cwd: Path | str | None = None, check: bool = Tru
 
 def ls_remote(url: str, *patterns: str, where: str | None = None, tags: bool = False) -> dict[str, str]:
     """ref -> commit of a remote, peeled (an annotated tag maps to the commit it names)."""
+    patterns = tuple(patterns) + tuple(f"{p}^{{}}" for p in patterns if p.startswith("refs/tags/") and not p.endswith("^{}"))
     args = ["ls-remote", *(["--tags"] if tags else []), url, *patterns]
     proc = git(args, what=f"cannot reach {url}", where=where, hint="check the url in pins.yaml and the network; nothing was changed", timeout=120)
     refs: dict[str, str] = {}
