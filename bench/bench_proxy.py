@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Proxy overhead, side by side in one run: direct llama-server vs the same server through the 1bit proxy.
 
-    python bench/bench_proxy.py PREFIX [-m MODEL.gguf] [-n 300] [--stream-tokens 256] [--stream-runs 7]
+    python bench/bench_proxy.py PREFIX [-m MODEL.gguf | --medium] [-n 300] [--stream-tokens 256] [--stream-runs 7]
 
 PREFIX is an installed bundle (PREFIX/share/onebit/manifest.json). The command line of llama-server comes from the
 real route function (--device auto); the proxy runs as its own process (`python -m onebit.proxy`), as under
@@ -78,6 +78,17 @@ def streamed(s: requests.Session, url: str, n: int) -> float:
     return (tokens - 1) / (end - first) if first and tokens > 1 else tokens / (end - t0)
 
 
+def session() -> requests.Session:
+    """Keep-alive session that retries a request the server's closed keep-alive connection dropped
+    (llama-server's HTTP library closes a connection after a fixed number of requests)."""
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    s = requests.Session()
+    s.mount("http://", HTTPAdapter(max_retries=Retry(total=2, connect=2, read=2, allowed_methods=None, status=0)))
+    return s
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
@@ -91,6 +102,8 @@ def main() -> int:
     ap.add_argument("--stream-tokens", type=int, default=256)
     ap.add_argument("--stream-runs", type=int, default=7)
     ap.add_argument("-t", "--threads", type=int, default=1)
+    ap.add_argument("--medium", action="store_true",
+                    help="without -m: a wider random model (512 wide, 8 layers, F16) that decodes at a realistic rate")
     a = ap.parse_args()
 
     manifest = load_manifest(a.prefix / "share" / "onebit" / "manifest.json")
@@ -99,7 +112,10 @@ def main() -> int:
     if model is None:
         from tiny_gguf import write_tiny_gguf
 
-        model = write_tiny_gguf(Path(tmp.name) / "tiny.gguf")
+        if a.medium:
+            model = write_tiny_gguf(Path(tmp.name) / "medium.gguf", n_embd=512, n_layer=8, n_ff=1536, f16=True)
+        else:
+            model = write_tiny_gguf(Path(tmp.name) / "tiny.gguf")
     sport, pport = free_port(), free_port()
     plan = route(inspect_model(model),
                  ServeFlags(model=str(model), port=sport, ctx_size=1024, parallel=1,
@@ -116,7 +132,7 @@ def main() -> int:
     try:
         wait(direct + "/health")
         wait(proxied + "/health")
-        sd, sp = requests.Session(), requests.Session()
+        sd, sp = session(), session()
         for _ in range(20):
             short_completion(sd, direct)
             short_completion(sp, proxied)

@@ -275,22 +275,39 @@ class Proxy:
     async def _forward(self, request: web.Request, up: Upstream, raw: bytes) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         url = up.url + request.rel_url.path_qs
-        try:
-            async with self.session.request(request.method, url, data=raw or None, headers=headers) as r:
-                out_headers = {k: v for k, v in r.headers.items() if k.lower() not in HOP_BY_HOP}
-                out_headers[ROUTE_HEADER] = up.role
-                if r.headers.get("Content-Length") is not None and "text/event-stream" not in r.content_type:
-                    data = await r.read()
-                    return web.Response(status=r.status, headers=out_headers, body=data)
-                resp = web.StreamResponse(status=r.status, headers=out_headers)
-                await resp.prepare(request)
-                async for chunk in r.content.iter_any():
+        # A pooled keep-alive connection the child has just closed fails before any response byte; the body is
+        # buffered, so one retry on a fresh connection is safe and invisible to the client.
+        for attempt in (1, 2):
+            try:
+                return await self._forward_once(request, up, url, headers, raw)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                if attempt == 2 or request.get("onebit_prepared", False):
+                    return _bad_gateway(up, e)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                return _bad_gateway(up, e)
+
+    async def _forward_once(self, request, up, url, headers, raw) -> web.StreamResponse:
+        async with self.session.request(request.method, url, data=raw or None, headers=headers) as r:
+            out_headers = {k: v for k, v in r.headers.items() if k.lower() not in HOP_BY_HOP}
+            out_headers[ROUTE_HEADER] = up.role
+            if r.headers.get("Content-Length") is not None and "text/event-stream" not in r.content_type:
+                data = await r.read()
+                return web.Response(status=r.status, headers=out_headers, body=data)
+            resp = web.StreamResponse(status=r.status, headers=out_headers)
+            await resp.prepare(request)
+            request["onebit_prepared"] = True
+            try:
+                async for chunk in r.content.iter_any():  # each chunk goes out as it arrives: no buffering
                     await resp.write(chunk)
-                await resp.write_eof()
-                return resp
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-            return web.json_response({"error": {"code": 502, "message": f"{up.role} backend: {e}"}}, status=502,
-                                     headers={ROUTE_HEADER: up.role})
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                pass  # headers are out: all we can do is end the stream; the client sees it cut short
+            await resp.write_eof()
+            return resp
+
+
+def _bad_gateway(up: Upstream, e: Exception) -> web.Response:
+    return web.json_response({"error": {"code": 502, "message": f"{up.role} backend: {e}"}}, status=502,
+                             headers={ROUTE_HEADER: up.role})
 
 
 async def serve_forever(proxy: Proxy, host: str, port: int, stop: asyncio.Event) -> None:

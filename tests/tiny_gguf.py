@@ -67,6 +67,9 @@ def write_tiny_gguf(
     f16: bool = False,
     seed: int = 0,
     extra_kv: dict[str, int | str] | None = None,
+    n_embd: int = N_EMBD,
+    n_layer: int = N_LAYER,
+    n_ff: int = N_FF,
 ) -> Path:
     """Write a tiny loadable llama model to `path` and return the path.
 
@@ -76,6 +79,7 @@ def write_tiny_gguf(
     """
     path = Path(path)
     rng = np.random.default_rng(seed)
+    N_EMBD, N_LAYER, N_FF = n_embd, n_layer, n_ff  # noqa: N806 - shadow the module defaults for this file
     wdtype = np.float16 if f16 else np.float32
 
     def w(*shape: int) -> np.ndarray:
@@ -188,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", default="llama", help="general.architecture (non-llama: metadata only)")
     ap.add_argument("--f16", action="store_true", help="store weight matrices as F16")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-embd", type=int, default=N_EMBD, help="width (multiple of 4 heads x 16)")
+    ap.add_argument("--n-layer", type=int, default=N_LAYER)
+    ap.add_argument("--n-ff", type=int, default=N_FF)
     ap.add_argument("--truncate", type=int, default=None, metavar="BYTES", help="cut the file to BYTES bytes")
     ap.add_argument("--onebp", action="store_true", help="write a 1BP package stub instead of GGUF")
     args = ap.parse_args(argv)
@@ -205,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         arch=args.arch,
         f16=args.f16,
         seed=args.seed,
+        n_embd=args.n_embd,
+        n_layer=args.n_layer,
+        n_ff=args.n_ff,
     )
     if args.truncate is not None:
         data = Path(args.out).read_bytes()[: args.truncate]
