@@ -513,3 +513,15 @@ def test_check_accepts_a_rebased_fork_whose_old_tip_is_kept(tmp_path, api, capsy
     assert "rebased" in out and "ahead" in out
     git(fork.path, "tag", "-d", f"rocmfpx-{tip[:12]}")
     assert run(proj, "check", "--base", "HEAD") == 1
+
+
+def test_the_1bit_build_cli_carries_the_pins_command(tmp_path, api, capsys):
+    cli = pytest.importorskip("builders.cli")
+    up = Upstream(tmp_path / "zolotukhin" / "zinc")
+    old = up.commit("one")
+    proj = Project(tmp_path, branch_pin("zinc", up, old))
+    new = up.commit("two")
+    assert cli.main(["--root", str(proj.root), "pins", "status", "zinc"]) == 0
+    assert "behind" in capsys.readouterr().out
+    assert cli.main(["--root", str(proj.root), "pins", "bump", "zinc"]) == 0
+    assert f"commit: {new}" in proj.text()

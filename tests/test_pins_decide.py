@@ -267,3 +267,22 @@ def test_edit_refuses_what_it_cannot_do_exactly():
     weird = PINS.replace(f"commit: '{A}'  # pinned", f"commit:\n      {A}")
     with pytest.raises(OnebitError, match="one-line scalar"):
         edit_pins(weird, [Edit(("pins", "zinc", "commit"), B)])
+
+
+def test_edits_of_the_real_pins_file_insert_and_replace_cleanly():
+    path = Path(__file__).resolve().parent.parent / "pins.yaml"
+    text = path.read_text()
+    from builders.yamlio import load_text
+    pins = load_text(text, path).data["pins"]
+    edits = []
+    for name, pin in pins.items():
+        if pin.get("policy") in ("fork-rebase", "fork-merge") and "commit" not in pin["upstream"]:
+            edits.append(Edit(("pins", name, "upstream", "commit"), C, after=("branch", "url")))
+        if "unresolved" in pin:
+            edits.append(Edit(("pins", name, "commit"), B, replaces="unresolved", after=("policy",)))
+    if not edits:
+        pytest.skip("pins.yaml has no unresolved pin and no fork without upstream.commit")
+    new = edit_pins(text, edits, where=path)
+    added = [l for l in _diff(text, new) if l.startswith("+")]
+    assert sorted(added) == sorted(f"+{' ' * (6 if len(e.path) == 4 else 4)}commit: {e.value}" for e in edits)
+    assert all(l.startswith("-") and ("unresolved" in l or l.startswith("-      ")) for l in _diff(text, new) if not l.startswith("+"))
