@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
 from builders.pins.__main__ import main
-from pins_fixtures import Bare, FakeAPI, Project, Upstream, git, make_fork
+from pins_fixtures import FakeAPI, Project, Upstream, git, make_fork
 
 TOKEN = "t0ken-for-tests"
 

@@ -8,7 +8,7 @@ import pytest
 
 from builders.errors import OnebitError
 from builders.pins import decide
-from builders.pins.decide import Change, Edit, Move, Proposal, Verdict
+from builders.pins.decide import Edit, Move, Proposal, Verdict
 from builders.pins.edit import edit_pins, render_scalar
 from builders.pins.versions import newest_tag, version_key
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -14,7 +14,7 @@ from . import decide, gitops
 from .decide import Edit, Move, Proposal, Verdict
 from .edit import edit_pins, write_atomic
 from .http import GitHub, HuggingFace
-from .resolve import Target, pair_value, partner_of, resolve
+from .resolve import pair_value, partner_of, resolve
 
 FORK = ("fork-rebase", "fork-merge")
 
