@@ -46,11 +46,11 @@ def print_plan(plan: Plan) -> None:
         for cmd in step.commands:
             out.print(f"     $ {cmd.shell()}", highlight=False, soft_wrap=True)
     for line in plan.refusals:
-        out.print(f"[red]refused[/] {line}", highlight=False)
+        out.print(f"[red]refused[/] {line}", highlight=False, soft_wrap=True)
     if plan.missing:
         out.print("[yellow]missing toolchains[/] (build would stop):")
         for line in plan.missing:
-            out.print(f"  - {line}", highlight=False)
+            out.print(f"  - {line}", highlight=False, soft_wrap=True)
 
 
 def cmd_validate(args) -> int:
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except OnebitError as exc:
-        console.print(f"[bold red]error[/]: {exc}", highlight=False)
+        console.print(f"[bold red]error[/]: {exc}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]: finished outputs are intact; run again to continue")

@@ -296,7 +296,7 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         for i, patch in enumerate(recipe.patches(root)):
             if not patch.path.is_file():
                 problems.append(
-                    f"{doc.where(('source', 'patches', i, 'file'))}: patch file recipes/patches/{name}/{patch.file} does not exist"
+                    f"{doc.where(('source', 'patches', i, 'file'))}: patch file {patch.path.relative_to(root)} does not exist"
                 )
 
     bundles: dict[str, Bundle] = {}

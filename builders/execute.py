@@ -151,6 +151,8 @@ class Executor:
     def _do_source(self, step: Step, progress, task) -> None:
         src = Path(step.data["dir"])
         shutil.rmtree(src, ignore_errors=True)
+        for cache_dir in {c.argv[2] for c in step.commands if c.argv[1:2] == ("--git-dir",)}:
+            subprocess.run(["git", "--git-dir", cache_dir, "worktree", "prune"], capture_output=True)
         clone_cmds = [c for c in step.commands if "apply" not in c.argv]
         self._run_commands(step, clone_cmds, progress, task)
         results = patch.apply_all(src, [Path(p) for p in step.data["patches"]], where=step.data["where"])

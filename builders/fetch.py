@@ -130,7 +130,7 @@ class SdistMirror:
         with tempfile.TemporaryDirectory(prefix="onebit-dl-", dir=self.downloads.parent if self.downloads.parent.exists() else None) as tmp:
             log(f"pip download {req} (sdist)")
             proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", tmp,
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", self.spec["package"], "--dest", tmp,
                  "--disable-pip-version-check", "--quiet", req],
                 capture_output=True, text=True,
             )
@@ -167,7 +167,15 @@ class SdistMirror:
                 raise FetchError(f"{sdist.name} has no {self.spec['git_dir']}",
                                  hint="this sdist does not carry the upstream's git objects; fix git_dir in pins.yaml")
             tar.extractall(into, members=members, filter="data")
-        return into / self.spec["git_dir"]
+        gdir = into / self.spec["git_dir"]
+        # A vendored submodule git dir points at a work tree that is not unpacked: serve it as a bare repo.
+        cfg = git.GitConfigParser(str(gdir / "config"), read_only=False)
+        cfg.set_value("core", "bare", "true")
+        if cfg.has_option("core", "worktree"):
+            cfg.remove_option("core", "worktree")
+        cfg.write()
+        cfg.release()
+        return gdir
 
 
 def fetch_pin(pin: Pin, dest: Path, downloads: Path, *, offline: bool = False, log: Log = _noop) -> str:

@@ -23,7 +23,7 @@ def install_bundle(channel: Path, prefix: Path, bundle: str, *, cache_dir: Path 
         source = Channel(channel.as_uri(), config)
         try:
             records = await rattler.solve(sources=[source], specs=[spec], platforms=[platform, "noarch"],
-                                          virtual_packages=[], timestamp_policy="ignore")
+                                          virtual_packages=[], timestamp_policy="allow-missing")
         except Exception as exc:  # rattler raises its own exception types for unsatisfiable specs
             raise OnebitError(f"cannot install {spec} from {channel}: {exc}",
                               hint="is the bundle name right? `ls CHANNEL/linux-64` lists what the channel holds") from None

@@ -2,6 +2,7 @@
 a tar.zst of the installed tree, and SHA256SUMS. Every file is written aside and renamed into place."""
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import io
@@ -65,7 +66,7 @@ def index_channel(packages: Iterable[Path], channel_dir: Path, platform: str = "
     (tmp / "noarch").mkdir()
     for pkg in packages:
         shutil.copy2(pkg, tmp / platform / pkg.name)
-    index_fs(tmp, write_zst=False, write_shards=False)
+    asyncio.run(index_fs(tmp, write_zst=False, write_shards=False))
     replace_dir(tmp, channel_dir)
     return channel_dir
 

@@ -13,7 +13,7 @@ from .host import HostFacts, ToolFact, version_ok
 from .kinds import KINDS, KindContext
 from .plan_types import INSTALL_PREFIX, Command, Layout, Plan, Step, digest
 
-BUILDER_VERSION = "1"  # bump to invalidate every build step key
+BUILDER_VERSION = "2"  # bump to invalidate every build step key
 _PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::root)?)?)\}")
 
 
@@ -80,7 +80,7 @@ def _fetch_step(pin: Pin, layout: Layout) -> Step:
         if mirror.kind == "pypi_sdist":
             spec = mirror.spec
             dest = layout.downloads() / spec["sha256"]
-            commands.append(Command(("pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+            commands.append(Command(("pip", "download", "--no-deps", "--no-binary", spec["package"],
                                      "--dest", str(dest), f"{spec['package']}=={spec['version']}")))
             commands.append(Command(("git", "fetch", f"<{spec['package']}-{spec['version']}>/{spec['git_dir']}", pin.commit)))
         else:
@@ -111,13 +111,12 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
     src = layout.src(key)
     step_id = f"source:{recipe.pin_name}@{pin.short}" + (f"+{len(patches)}p" if patches else "") + (f"+{len(extra)}x" if extra else "")
     if step_id not in steps:
-        cmds = [
-            Command(("git", "clone", "--shared", "--no-checkout", "--quiet", str(layout.git_cache(pin.commit)), str(src))),
-            Command(("git", "-C", str(src), "checkout", "--quiet", "--detach", pin.commit)),
-        ]
+        # a worktree of the content-addressed cache: no copy of the objects, and the cache's shallow boundary holds
+        cmds = [Command(("git", "--git-dir", str(layout.git_cache(pin.commit)), "worktree", "add", "--quiet", "--force",
+                         "--detach", str(src), pin.commit))]
         for e, into in extra:
-            cmds.append(Command(("git", "clone", "--shared", "--no-checkout", "--quiet", str(layout.git_cache(e.commit)), f"{src}/{into}")))
-            cmds.append(Command(("git", "-C", f"{src}/{into}", "checkout", "--quiet", "--detach", e.commit)))
+            cmds.append(Command(("git", "--git-dir", str(layout.git_cache(e.commit)), "worktree", "add", "--quiet", "--force",
+                                 "--detach", f"{src}/{into}", e.commit)))
         for p in patches:
             cmds.append(Command(("git", "-C", str(src), "apply", "--check", str(p.path))))
             cmds.append(Command(("git", "-C", str(src), "apply", str(p.path))))
@@ -179,6 +178,8 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         commands=commands,
         launcher=launcher.path if launcher and launcher.found else None,
         net_cut=host.net_cut if variant.network == "none" else (),
+        # ccache: paths relative to the work dir, so a fresh work dir (CI, tests) still hits the cache
+        extra_env={"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if launcher and launcher.found else {},
     )
     kind = KINDS[variant.kind]
     needs = []

@@ -85,20 +85,32 @@ def needs_libs(path: Path) -> bool:
     return proc.returncode == 0 and bool(proc.stdout.strip())
 
 
+def new_rpath(file_rel: str, current: Sequence[str], needs: bool) -> list[str] | None:
+    """Pure: the RPATH a staged ELF should get, or None to leave it alone.
+
+    $ORIGIN/<to lib> comes first; $ORIGIN entries already there stay; absolute entries are kept as they are so that
+    the check after relocation reports the ones that point into the build tree or $HOME instead of hiding them.
+    """
+    if not needs and not current:
+        return None
+    if current and all(e.startswith("$ORIGIN") for e in current):
+        return None  # already relocatable (vendored wheels)
+    ours = origin_rpath(file_rel)
+    out = [ours] + [e for e in current if e != ours]
+    return out if out != list(current) else None
+
+
 def relocate(prefix: Path) -> list[str]:
-    """Give every ELF we built an $ORIGIN RPATH. Files whose RPATH is already all-$ORIGIN (vendored wheels) are kept."""
+    """Give every staged ELF an $ORIGIN RPATH that reaches <prefix>/lib."""
     changed = []
     for path in sorted(prefix.rglob("*")):
         if not path.is_file() or path.is_symlink() or not is_elf(path):
             continue
-        current = read_rpath(path)
-        if current and all(e.startswith("$ORIGIN") for e in current):
-            continue
-        if not needs_libs(path) and not current:
-            continue
         rel = path.relative_to(prefix).as_posix()
-        _patchelf("--set-rpath", origin_rpath(rel), str(path))
-        changed.append(rel)
+        rpath = new_rpath(rel, read_rpath(path), needs_libs(path))
+        if rpath is not None:
+            _patchelf("--set-rpath", ":".join(rpath), str(path))
+            changed.append(rel)
     return changed
 
 

@@ -28,7 +28,15 @@ class Document:
         return self.lines.get(ypath, 1)
 
     def where(self, ypath: tuple) -> str:
-        return f"{self.path}:{self.line_of(ypath)}: {format_ypath(ypath)}"
+        return f"{display(self.path)}:{self.line_of(ypath)}: {format_ypath(ypath)}"
+
+
+def display(path: Path) -> str:
+    """A path as the user should see it: relative to the current directory when it is inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def format_ypath(ypath: tuple) -> str:
@@ -51,7 +59,7 @@ def _walk(node: yaml.Node, ypath: tuple, lines: dict, loader: _Loader) -> Any:
             if key in out:
                 raise OnebitError(
                     f"duplicate key {key!r}",
-                    where=f"{loader.name}:{key_node.start_mark.line + 1}",
+                    where=f"{display(Path(loader.name))}:{key_node.start_mark.line + 1}",
                     hint="each key may appear once; remove or rename one of them",
                 )
             child = ypath + (key,)
@@ -75,7 +83,7 @@ def load_text(text: str, path: Path | str) -> Document:
         line = mark.line + 1 if mark else 1
         raise OnebitError(
             f"malformed YAML: {exc.problem or exc}",
-            where=f"{path}:{line}",
+            where=f"{display(path)}:{line}",
             hint="fix the syntax at that line (indentation, a missing colon or quote)",
         ) from None
     except yaml.YAMLError as exc:
@@ -92,5 +100,6 @@ def load(path: Path | str) -> Document:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise OnebitError("file not found", where=str(path)) from None
+        raise OnebitError("file not found", where=display(path),
+                          hint="run from the project root or pass --root DIR") from None
     return load_text(text, path)

@@ -21,6 +21,9 @@ class CMakeKind:
             f"-DCMAKE_BUILD_TYPE={ctx.build_type}",
             f"-DCMAKE_INSTALL_PREFIX={ctx.prefix}",
             "-DCMAKE_INSTALL_LIBDIR=lib",
+            # link with the install RPATH: no build-tree path reaches the binary (nor its build-id), so stage
+            # only has to add $ORIGIN and builds in different directories give the same bytes
+            "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
         ]
         if ctx.launcher:
             argv += [f"-DCMAKE_C_COMPILER_LAUNCHER={ctx.launcher}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ctx.launcher}"]

@@ -1,0 +1,166 @@
+"""A small but real project for the build-side tests: a C library + program in a real git repo (the upstream),
+pinned in a pins.yaml with file:// mirrors, a recipe with a real patch, and a bundle. Builds in seconds."""
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.16)
+project(hello C)
+set(HELLO_COMMIT "unknown" CACHE STRING "commit the build is from")
+add_library(greet SHARED greet.c)
+add_executable(hello main.c)
+target_compile_definitions(hello PRIVATE HELLO_COMMIT="${HELLO_COMMIT}")
+target_link_libraries(hello PRIVATE greet)
+include(GNUInstallDirs)
+install(TARGETS hello greet)
+"""
+GREET_C = """\
+#include <stdio.h>
+void greet(void) { printf("hello from upstream\\n"); }
+"""
+MAIN_C = """\
+#include <stdio.h>
+#include <string.h>
+void greet(void);
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) { printf("hello version (%s)\\n", HELLO_COMMIT); return 0; }
+    greet();
+    return 0;
+}
+"""
+PATCH = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: onebit <onebit@localhost>
+Subject: [PATCH] greet: say who we are
+
+---
+ greet.c | 2 +-
+ 1 file changed, 1 insertion(+), 1 deletion(-)
+
+diff --git a/greet.c b/greet.c
+--- a/greet.c
++++ b/greet.c
+@@ -1,2 +1,2 @@
+ #include <stdio.h>
+-void greet(void) { printf("hello from upstream\\n"); }
++void greet(void) { printf("hello from onebit\\n"); }
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+@dataclass
+class Mini:
+    root: Path  # the project: pins.yaml, recipes/, bundles/
+    upstream: Path  # the upstream git repo
+    commit: str  # the pinned commit (tag v1.0)
+
+    def pins(self) -> dict:
+        return yaml.safe_load((self.root / "pins.yaml").read_text())
+
+    def write_pins(self, data: dict) -> None:
+        (self.root / "pins.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def set_pin(self, **fields) -> None:
+        data = self.pins()
+        data["pins"]["hello"].update(fields)
+        self.write_pins(data)
+
+    def recipe(self) -> dict:
+        return yaml.safe_load((self.root / "recipes" / "hello.yaml").read_text())
+
+    def write_recipe(self, data: dict) -> None:
+        (self.root / "recipes" / "hello.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def commit_upstream(self, path: str, text: str, message: str) -> str:
+        (self.upstream / path).write_text(text)
+        git(self.upstream, "commit", "-qam", message)
+        return git(self.upstream, "rev-parse", "HEAD")
+
+
+def make_mini(base: Path) -> Mini:
+    upstream = base / "upstream"
+    upstream.mkdir(parents=True)
+    git(upstream, "init", "-q", "-b", "main")
+    for name, text in (("CMakeLists.txt", CMAKELISTS), ("greet.c", GREET_C), ("main.c", MAIN_C)):
+        (upstream / name).write_text(text)
+    git(upstream, "add", ".")
+    git(upstream, "commit", "-qm", "hello 1.0")
+    git(upstream, "tag", "v1.0")
+    commit = git(upstream, "rev-parse", "HEAD")
+
+    root = base / "project"
+    (root / "recipes" / "patches" / "hello").mkdir(parents=True)
+    (root / "bundles").mkdir()
+    (root / "recipes" / "patches" / "hello" / "0001-greet-say-who-we-are.patch").write_text(PATCH)
+    (root / "pins.yaml").write_text(textwrap.dedent(f"""\
+        # test pins
+        schema_version: 1
+        pins:
+          hello:
+            url: file://{upstream}
+            policy: release
+            tag: v1.0
+            commit: {commit}
+            cadence: daily
+            license: MIT
+            mirrors:
+              - git: file://{upstream}
+        """))
+    (root / "recipes" / "hello.yaml").write_text(textwrap.dedent("""\
+        schema_version: 1
+        name: hello
+        summary: a tiny C program and library
+        license: MIT
+        source:
+          pin: hello
+          patches:
+            - file: 0001-greet-say-who-we-are.patch
+              purpose: prove patches are applied
+              upstream: not for upstream
+        toolchain:
+          - {tool: cmake, version: ">=3.16"}
+          - {tool: ninja}
+          - {tool: cc}
+          - {tool: patchelf}
+          - {tool: ccache, optional: true}
+        build:
+          kind: cmake
+          options:
+            HELLO_COMMIT: "{commit7}"
+        stage:
+          keep: [bin/hello, lib/libgreet.so*]
+          binaries:
+            hello: bin/hello
+        provides:
+          backend: cpu
+          devices: [CPU]
+          features: []
+        tests:
+          - name: version names the commit
+            run: [bin/hello, --version]
+            expect: "\\\\({commit7}\\\\)"
+          - name: the patched greeting
+            run: [bin/hello]
+            expect: "hello from onebit"
+        """))
+    (root / "bundles" / "mini.yaml").write_text(textwrap.dedent("""\
+        schema_version: 1
+        name: mini
+        summary: the mini bundle
+        version: "1.0"
+        platform: linux-64
+        components:
+          - recipe: hello
+        """))
+    return Mini(root=root, upstream=upstream, commit=commit)

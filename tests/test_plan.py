@@ -1,0 +1,183 @@
+"""plan is a pure function: tables over (project, bundle, host facts) -> steps, commands, keys, refusals."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from builders import config
+from builders.cli import main
+from builders.config import Tool
+from builders.host import HostFacts, ToolFact
+from builders.plan import all_tools, expand, make_plan, missing_tools
+from builders.plan_types import Layout
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = config.load_project(ROOT)
+LAYOUT = Layout(root=ROOT, cache=Path("/cache"), work=Path("/work/strix"), out=Path("/out/strix"))
+
+
+def facts(found: bool = True, **overrides) -> HostFacts:
+    """Host facts where every tool of every bundle is found (or none is), at a version that satisfies it."""
+    tools = {}
+    for bundle in PROJECT.bundles:
+        for t in all_tools(PROJECT, bundle):
+            root = f"/tc/{t.env}" if t.env else None
+            path = f"{root}/{t.path}" if root else f"/usr/bin/{t.tool}"
+            tools[t.key] = ToolFact(t.key, path, found, "99.0", root)
+    tools.update(overrides)
+    return HostFacts(tools=tools, net_cut=("unshare", "--net", "--"), jobs=16, python="/py/bin/python3", home="/home/u")
+
+
+def test_plan_is_pure_and_deterministic():
+    a = make_plan(PROJECT, "strix", facts(), LAYOUT).to_json()
+    b = make_plan(PROJECT, "strix", facts(), LAYOUT).to_json()
+    assert json.dumps(a) == json.dumps(b)
+
+
+def test_strix_plan_orders_steps_and_shows_every_variant():
+    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    ids = [s.id for s in plan.steps]
+    for v in ("vulkan", "hrx", "lean-vulkan", "lean-rocm", "xdna", "zinc", "cpu", "tokenizers", "laya", "serve"):
+        assert ids.index(f"build:{v}") < ids.index(f"stage:{v}") < ids.index(f"package:{v}") < ids.index("bundle:metapackage")
+    # vulkan and cpu build the same patched llama.cpp checkout: one fetch, one source step
+    assert ids.count("fetch:llama.cpp") == 1
+    assert [s for s in ids if s.startswith("source:llama.cpp@")] == ["source:llama.cpp@0c1e570+1p"]
+    assert ids[-5:] == ["bundle:metapackage", "bundle:channel", "bundle:tarball", "bundle:checksums", "bundle:publish"]
+    for step in plan.steps:
+        for need in step.needs:
+            assert ids.index(need) < ids.index(step.id)
+    assert plan.refusals == [] and plan.missing == []
+
+
+def cmd(plan, step_id, index=0):
+    return plan.step(step_id).commands[index]
+
+
+def test_cmake_commands_are_exact():
+    plan = make_plan(PROJECT, "cpu", facts(), LAYOUT, build_number=42)
+    src = plan.step("source:llama.cpp@0c1e570+1p").data["dir"]
+    configure = cmd(plan, "build:cpu", 0)
+    assert configure.argv[:3] == ("unshare", "--net", "--")
+    argv = configure.argv[3:]
+    assert argv[:7] == ("cmake", "-S", src, "-B", "/work/strix/build/cpu", "-G", "Ninja")
+    assert "-DCMAKE_C_COMPILER_LAUNCHER=/usr/bin/ccache" in argv
+    assert "-DLLAMA_BUILD_NUMBER=42" in argv and "-DLLAMA_BUILD_COMMIT=0c1e570" in argv
+    assert "-DLLAMA_USE_PREBUILT_UI=OFF" in argv and "-DGGML_NATIVE=OFF" in argv and "-DGGML_BACKEND_DL=ON" in argv
+    assert dict(configure.env)["CCACHE_BASEDIR"] == "/work/strix"
+    build = cmd(plan, "build:cpu", 1)
+    assert build.argv == ("unshare", "--net", "--", "cmake", "--build", "/work/strix/build/cpu", "--parallel", "16")
+    install = cmd(plan, "stage:cpu", 0)
+    assert install.argv == ("cmake", "--install", "/work/strix/build/cpu")
+    assert dict(install.env)["DESTDIR"] == "/work/strix/stage/.cpu.tmp"
+
+
+def test_hrx_uses_the_therock_toolchain_from_its_variable():
+    tc = "/tc/ONEBIT_HRX_TOOLCHAIN"
+    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    argv = cmd(plan, "build:hrx", 0).argv
+    assert f"-DCMAKE_CXX_COMPILER={tc}/lib/llvm/bin/amdclang++" in argv
+    assert f"-DIREE_ROCM_PATH={tc}" in argv
+    assert any(a.startswith("-DHRX_SOURCE_DIR=") and a.endswith("/third_party/hrx-system") for a in argv)
+    source = [s for s in plan.steps if s.id.startswith("source:llama.cpp-1bit-hrx")][0]
+    assert source.needs == ("fetch:llama.cpp-1bit-hrx", "fetch:hrx-system")
+
+
+def test_lean_rocm_variant_builds_gfx1151_w4a4():
+    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    c = cmd(plan, "build:lean-rocm", 0)
+    assert {"-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DGGML_HIP_ROCMI4_W4A4=ON"} <= set(c.argv)
+    assert dict(c.env)["ROCM_PATH"] == "/tc/ONEBIT_LEAN_ROCM_TOOLCHAIN"
+    assert plan.step("stage:lean-rocm").data["manifest_entry"]["devices"] == ["ROCm0"]
+    assert "-DGGML_VULKAN=ON" in cmd(plan, "build:lean-vulkan", 0).argv
+
+
+def test_zig_and_cargo_kinds():
+    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    zig = cmd(plan, "build:zinc", 0)
+    assert zig.argv[3:7] == ("zig", "build", "-Doptimize=ReleaseFast", "-Dbackend=vulkan") and zig.cwd.startswith("/work/strix/src/")
+    cargo = cmd(plan, "build:tokenizers", 0).argv[3:]
+    assert cargo[:5] == ("cargo", "build", "--release", "--locked", "--offline")
+
+
+@pytest.mark.parametrize(
+    "change, same",
+    [
+        (lambda f: replace(f, jobs=2), True),  # parallelism does not change the output
+        (lambda f: replace(f, net_cut=()), True),
+        (lambda f: replace(f, tools={**f.tools, "cmake": replace(f.tools["cmake"], version="3.31.0")}), False),
+    ],
+)
+def test_build_key_depends_on_what_changes_the_output(change, same):
+    base = make_plan(PROJECT, "cpu", facts(), LAYOUT)
+    other = make_plan(PROJECT, "cpu", change(facts()), LAYOUT)
+    assert (base.step("build:cpu").key == other.step("build:cpu").key) is same
+
+
+def test_build_number_changes_package_but_not_fetch():
+    a = make_plan(PROJECT, "cpu", facts(), LAYOUT, build_number=1)
+    b = make_plan(PROJECT, "cpu", facts(), LAYOUT, build_number=2)
+    assert a.step("fetch:llama.cpp").key == b.step("fetch:llama.cpp").key
+    assert a.step("package:cpu").key != b.step("package:cpu").key
+    assert a.step("package:cpu").data["build_string"] == "default_h0c1e570_1"
+
+
+def test_missing_toolchains_one_line_each_with_the_variable():
+    plan = make_plan(PROJECT, "strix", facts(found=False), LAYOUT)
+    text = "\n".join(plan.missing)
+    for needle in ("amdclang++ for hrx: not found at /tc/ONEBIT_HRX_TOOLCHAIN/lib/llvm/bin/amdclang++; set ONEBIT_HRX_TOOLCHAIN",
+                   "xrt-smi for xdna", "set XILINX_XRT", "zig >=0.16.0 for zinc: 'zig' is not on PATH",
+                   "set ONEBIT_LEAN_ROCM_TOOLCHAIN", "vulkan-headers >=1.3.261 for vulkan: pkg-config finds no 'vulkan'"):
+        assert needle in text, needle
+    assert all("ccache" not in line for line in plan.missing)  # optional
+
+
+def test_too_old_tool_is_reported():
+    variant = PROJECT.recipes["zinc"].variant("default")
+    f = facts(**{"zig": ToolFact("zig", "/usr/bin/zig", True, "0.15.1")})
+    assert missing_tools(variant, f.tools) == ["zig >=0.16.0 for zinc: found 0.15.1 at /usr/bin/zig; need >=0.16.0"]
+
+
+def test_unresolved_pin_refuses_its_recipe(tmp_path):
+    project = config.load_project(ROOT)
+    pin = project.pins["llama.cpp"]
+    project.pins["llama.cpp"] = replace(pin, commit=None, unresolved="no commit known")
+    plan = make_plan(project, "nvidia", facts(), LAYOUT)
+    assert [r.split(":")[0] for r in plan.refusals] == ["cuda", "cpu"]
+    assert "pin 'llama.cpp' is unresolved" in plan.refusals[0] and "no commit known" in plan.refusals[0]
+    assert [s.id for s in plan.steps if s.action == "build"] == ["build:serve"]
+
+
+def test_unknown_placeholder_names_the_recipe():
+    with pytest.raises(KeyError) as err:
+        expand("{nope}", {"source": "/s"}, "recipes/x.yaml")
+    assert "recipes/x.yaml: unknown placeholder {nope}" in str(err.value)
+
+
+def test_cli_plan_strix_succeeds_here(capsys):
+    assert main(["--root", str(ROOT), "plan", "strix", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for v in ("build:vulkan", "build:hrx", "build:lean-vulkan", "build:lean-rocm", "build:xdna", "build:zinc", "build:cpu"):
+        assert v in out
+
+
+def test_cli_build_strix_stops_before_any_work_listing_every_missing_toolchain(tmp_path, capsys, monkeypatch):
+    for var in ("ONEBIT_HRX_TOOLCHAIN", "ONEBIT_LEAN_ROCM_TOOLCHAIN", "XILINX_XRT", "ONEBIT_KERNEL_BUILD"):
+        monkeypatch.delenv(var, raising=False)
+    code = main(["--root", str(ROOT), "--cache", str(tmp_path / "c"), "--work", str(tmp_path / "w"), "--out",
+                 str(tmp_path / "o"), "build", "strix"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "nothing was done" in err
+    for needle in ("ONEBIT_HRX_TOOLCHAIN", "ONEBIT_LEAN_ROCM_TOOLCHAIN", "XILINX_XRT", "zig", "amdclang++"):
+        assert needle in err
+    assert not any((tmp_path / d).exists() for d in ("c", "w", "o"))
+
+
+def test_plan_json(capsys):
+    assert main(["--root", str(ROOT), "plan", "cpu", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["bundle"] == "cpu" and doc["steps"][0]["id"] == "fetch:llama.cpp"
+    assert all(len(s["key"]) == 64 for s in doc["steps"])

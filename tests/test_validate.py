@@ -1,0 +1,130 @@
+"""Validation: every problem at once, each with file, line and YAML path; unknown keys are errors."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builders import config
+from builders.cli import main
+from builders.errors import OnebitError, ValidationError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A copy of the real project's declarative files, to break."""
+    for name in ("pins.yaml",):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
+    shutil.copytree(ROOT / "bundles", tmp_path / "bundles")
+    (tmp_path / "onebit").mkdir()
+    return tmp_path
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+def line_of(path: Path, needle: str) -> int:
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if needle in line:
+            return i
+    raise AssertionError(needle)
+
+
+def test_the_real_project_is_valid():
+    project = config.load_project(ROOT)
+    assert set(project.bundles) == {"cpu", "strix", "nvidia"}
+    assert set(project.recipes) == {"vulkan", "hrx", "lean", "xdna", "zinc", "cpu", "cuda", "tokenizers", "laya", "serve"}
+    assert project.pins["llama.cpp"].commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    sdist = project.pins["llama.cpp"].mirrors[0]
+    assert (sdist.kind, sdist.spec["package"], sdist.spec["version"]) == ("pypi_sdist", "llama-cpp-python", "0.3.36")
+
+
+@pytest.mark.parametrize(
+    "file, old, new, expected",
+    [
+        # a typo in a key must never pass silently
+        ("recipes/cpu.yaml", "  build_type: Release", "  buld_type: Release", "unknown key(s) 'buld_type'"),
+        ("pins.yaml", "    cadence: weekly\n", "    cadance: weekly\n", "unknown key(s) 'cadance'"),
+        ("bundles/cpu.yaml", "  - recipe: serve", "  - recipe: serve\n    variant: [x]", "unknown key(s) 'variant'"),
+        # wrong values
+        ("pins.yaml", "    policy: release\n", "    policy: latest\n", "'latest' is not one of"),
+        ("pins.yaml", "    commit: 0c1e57098bba43ac29e6e3b677cdceebdd22334f", "    commit: 0c1e570",
+         "'0c1e570' does not match"),
+        ("recipes/cpu.yaml", "  kind: cmake", "  kind: meson", "'meson' is not one of"),
+        # cross-file references
+        ("recipes/cpu.yaml", "  pin: llama.cpp", "  pin: llama-cpp", "unknown pin 'llama-cpp'"),
+        ("bundles/cpu.yaml", "  - recipe: cpu", "  - recipe: cpux", "unknown recipe 'cpux'"),
+        ("bundles/strix.yaml", "    variants: [vulkan, rocm]", "    variants: [vulkan, hip]", "recipe 'lean' has no variant 'hip'"),
+        ("recipes/cpu.yaml", "    - file: 0001-ggml-find-backends-in-exe-lib.patch",
+         "    - file: 0002-missing.patch", "patch file recipes/patches/llama.cpp/0002-missing.patch does not exist"),
+    ],
+)
+def test_each_problem_names_file_line_and_path(project, file, old, new, expected):
+    path = project / file
+    edit(path, old, new)
+    with pytest.raises(ValidationError) as err:
+        config.load_project(project)
+    matching = [p for p in err.value.problems if expected in p]
+    assert matching, err.value.problems
+    first_changed = line_of(path, new.strip().splitlines()[0].strip())
+    assert matching[0].startswith(f"{path}:"), matching[0]
+    line = int(matching[0].split(":")[1])
+    assert abs(line - first_changed) <= 1, (matching[0], first_changed)
+
+
+def test_all_problems_are_reported_at_once(project):
+    edit(project / "recipes/cpu.yaml", "  build_type: Release", "  buld_type: Release")
+    edit(project / "recipes/vulkan.yaml", "  kind: cmake", "  kind: meson")
+    edit(project / "pins.yaml", "    cadence: weekly\n", "    cadance: weekly\n")
+    with pytest.raises(ValidationError) as err:
+        config.load_project(project)
+    files = {p.split(":")[0] for p in err.value.problems}
+    assert files == {str(project / "recipes/cpu.yaml"), str(project / "recipes/vulkan.yaml"), str(project / "pins.yaml")}
+
+
+def test_yaml_path_is_shown(project):
+    edit(project / "recipes/cpu.yaml", "    GGML_NATIVE: OFF", "    GGML_NATIVE: [OFF]")
+    with pytest.raises(ValidationError) as err:
+        config.load_project(project)
+    assert any("build.options.GGML_NATIVE" in p for p in err.value.problems), err.value.problems
+
+
+def test_malformed_yaml_names_file_and_line(project):
+    path = project / "recipes/zinc.yaml"
+    edit(path, "  kind: zig", "  kind: [zig")
+    with pytest.raises(ValidationError) as err:
+        config.load_project(project)
+    (problem,) = [p for p in err.value.problems if "zinc.yaml" in p]
+    assert problem.startswith(f"{path}:") and "malformed YAML" in problem
+
+
+def test_duplicate_key_is_an_error(project):
+    edit(project / "recipes/cpu.yaml", "  build_type: Release", "  build_type: Release\n  build_type: Debug")
+    with pytest.raises(ValidationError) as err:
+        config.load_project(project)
+    assert any("duplicate key 'build_type'" in p for p in err.value.problems)
+
+
+def test_cli_validate_prints_errors_without_traceback(project, capsys):
+    edit(project / "recipes/cpu.yaml", "  build_type: Release", "  buld_type: Release")
+    assert main(["--root", str(project), "validate"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "buld_type" in err and "recipes/cpu.yaml:" in err
+
+
+def test_cli_validate_ok(capsys):
+    assert main(["--root", str(ROOT), "validate"]) == 0
+    assert "11 pins, 10 recipes, 3 bundles" in capsys.readouterr().err
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(OnebitError) as err:
+        config.load_project(tmp_path)
+    assert "pins.yaml" in str(err.value) and "file not found" in str(err.value)
