@@ -132,6 +132,7 @@ class Executor:
             m = _NINJA.match(line)
             if m:
                 progress.update(task, completed=int(m.group(1)), total=int(m.group(2)))
+                log.flush()  # so `tail -f` on the log follows the build
         rc = proc.wait()
         if rc != 0:
             tail = "".join(captured[-25:])

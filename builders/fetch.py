@@ -42,7 +42,10 @@ def sha256_of(path: Path) -> str:
 
 def verify_commit(repo_dir: Path, commit: str) -> str | None:
     """None when repo_dir holds `commit` with every object it needs; otherwise what is wrong."""
-    repo = git.Repo(repo_dir)
+    try:
+        repo = git.Repo(repo_dir)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return f"{repo_dir} is not a git repository"
     try:
         kind = repo.git.cat_file("-t", commit)
     except git.GitCommandError:

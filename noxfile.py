@@ -1,0 +1,76 @@
+"""Sessions: tests, lint, build-cpu, build-strix, build-nvidia, plan, bump-pins, release.
+
+    nox -s build-cpu        # build the CPU bundle, install it, serve a completion from it
+    nox -s tests            # the test suite (includes a real end-to-end build of the CPU bundle)
+    nox -s build-strix -- --only vulkan
+"""
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+DEPS = ["-e", ".[build,test]"]
+
+
+def _build(session: nox.Session, bundle: str) -> None:
+    session.install(*DEPS)
+    session.run("1bit-build", "build", bundle, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite. Extra arguments go to pytest (e.g. `nox -s tests -- -m "not e2e"`)."""
+    session.install(*DEPS)
+    session.run("pytest", *(session.posargs or ["-q", "-ra"]))
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "builders", "onebit", "tests", "bench", "noxfile.py")
+
+
+@nox.session(name="build-cpu", python=PYTHON)
+def build_cpu(session: nox.Session) -> None:
+    """Build the CPU bundle from the pinned llama.cpp, install it into .onebit/prefix/cpu, serve a completion."""
+    _build(session, "cpu")
+    prefix = ".onebit/prefix/cpu"
+    session.run("1bit-build", "install", "--channel", ".onebit/out/cpu/channel", "--prefix", prefix, "cpu")
+    session.run("python", "scripts/serve_smoke.py", prefix)
+
+
+@nox.session(name="build-strix", python=PYTHON)
+def build_strix(session: nox.Session) -> None:
+    """Build the Strix Halo bundle (needs TheRock, XRT, zig, Vulkan SDK: it says which are missing)."""
+    _build(session, "strix")
+
+
+@nox.session(name="build-nvidia", python=PYTHON)
+def build_nvidia(session: nox.Session) -> None:
+    _build(session, "nvidia")
+
+
+@nox.session(python=PYTHON)
+def plan(session: nox.Session) -> None:
+    """Print a bundle's plan: `nox -s plan -- strix`."""
+    session.install(*DEPS)
+    session.run("1bit-build", "plan", *(session.posargs or ["strix"]))
+
+
+@nox.session(name="bump-pins", python=PYTHON)
+def bump_pins(session: nox.Session) -> None:
+    """Move pins by their policy: `nox -s bump-pins -- llama.cpp --open-pr`."""
+    session.install(*DEPS)
+    session.run("1bit-build", "pins", "bump", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def release(session: nox.Session) -> None:
+    """Build every bundle whose toolchains this host has, then list the artifacts (publishing is a later issue)."""
+    session.install(*DEPS)
+    for bundle in session.posargs or ["cpu"]:
+        session.run("1bit-build", "build", bundle)
+        session.run("cat", f".onebit/out/{bundle}/SHA256SUMS", external=True)
