@@ -257,7 +257,6 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
     """Load and validate everything under root. All problems are collected and raised together."""
     root = Path(root).resolve()
     problems: list[str] = []
-    docs_with_errors: list[str] = []
 
     def guarded(fn, *args):
         try:
@@ -273,16 +272,21 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         pins, pins_doc, pin_problems = loaded
         problems += pin_problems
 
+    def valid_docs(folder: str, schema_name: str):
+        """Each YAML file of the folder that parses and matches its schema; problems of the others are collected."""
+        for path in sorted((root / folder).glob("*.yaml")):
+            doc = guarded(yamlio.load, path)
+            found = schemas.validate(doc, schema_name) if doc is not None else ["(unparsable)"]
+            if doc is not None:
+                problems.extend(found)
+            if found:
+                broken.add(f"{folder}/{path.stem}")
+                continue
+            yield path, doc
+
+    broken: set[str] = set()
     recipes: dict[str, Recipe] = {}
-    for path in sorted((root / "recipes").glob("*.yaml")):
-        doc = guarded(yamlio.load, path)
-        if doc is None:
-            continue
-        found = schemas.validate(doc, "recipe")
-        problems += found
-        if found:
-            docs_with_errors.append(str(path))
-            continue
+    for path, doc in valid_docs("recipes", "recipe"):
         name = doc.data["name"]
         if name != path.stem:
             problems.append(f"{doc.where(('name',))}: recipe name {name!r} must match its file name {path.stem!r}")
@@ -291,6 +295,9 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         pin_name = recipe.pin_name
         if pin_name and pins and pin_name not in pins:
             problems.append(f"{doc.where(('source', 'pin'))}: unknown pin {pin_name!r}; pins.yaml has: {', '.join(sorted(pins))}")
+        for i, extra in enumerate(recipe.source.get("extra", [])):
+            if pins and extra["pin"] not in pins:
+                problems.append(f"{doc.where(('source', 'extra', i, 'pin'))}: unknown pin {extra['pin']!r}")
         if pin_name is None and not (root / recipe.source["local"]).is_dir():
             problems.append(f"{doc.where(('source', 'local'))}: directory {recipe.source['local']!r} does not exist")
         for i, patch in enumerate(recipe.patches(root)):
@@ -300,14 +307,7 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
                 )
 
     bundles: dict[str, Bundle] = {}
-    for path in sorted((root / "bundles").glob("*.yaml")):
-        doc = guarded(yamlio.load, path)
-        if doc is None:
-            continue
-        found = schemas.validate(doc, "bundle")
-        problems += found
-        if found:
-            continue
+    for path, doc in valid_docs("bundles", "bundle"):
         data = doc.data
         if data["name"] != path.stem:
             problems.append(f"{doc.where(('name',))}: bundle name {data['name']!r} must match its file name {path.stem!r}")
@@ -315,7 +315,7 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         for i, comp in enumerate(data["components"]):
             rname = comp["recipe"]
             if rname not in recipes:
-                if not any(p.endswith(f"recipes/{rname}.yaml") or f"/{rname}.yaml" in p for p in docs_with_errors):
+                if f"recipes/{rname}" not in broken:  # a broken recipe was reported already
                     problems.append(f"{doc.where(('components', i, 'recipe'))}: unknown recipe {rname!r}")
                 continue
             known = recipes[rname].variant_names()

@@ -5,7 +5,6 @@ A mirror is a git URL or an sdist on the Python package index that vendors the u
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ from typing import Callable
 
 import git
 
-from .config import Mirror, Pin
+from .config import Mirror, Pin, file_sha256
 from .errors import FetchError
 
 Log = Callable[[str], None]
@@ -30,14 +29,6 @@ def _noop(_: str) -> None:
 
 def is_local(url: str) -> bool:
     return url.startswith("file://") or url.startswith("/")
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def verify_commit(repo_dir: Path, commit: str) -> str | None:
@@ -142,7 +133,7 @@ class SdistMirror:
             files = [p for p in Path(tmp).iterdir() if p.is_file()]
             if len(files) != 1:
                 raise FetchError(f"pip download {req} gave {len(files)} files, expected one sdist")
-            got = sha256_of(files[0])
+            got = file_sha256(files[0])
             if got != self.spec["sha256"]:
                 raise FetchError(
                     f"sha256 mismatch for {files[0].name}: pins.yaml expects {self.spec['sha256']}, the index served {got}",
@@ -157,19 +148,22 @@ class SdistMirror:
 
     def git_dir(self, sdist: Path, into: Path) -> Path:
         """Unpack only the vendored git dir of the sdist."""
-        got = sha256_of(sdist)
+        got = file_sha256(sdist)
         if got != self.spec["sha256"]:
             raise FetchError(
                 f"sha256 mismatch for cached {sdist.name}: expected {self.spec['sha256']}, found {got}",
                 hint=f"the download cache is corrupt; delete {sdist.parent} and fetch again",
             )
         prefix = self.spec["git_dir"].rstrip("/") + "/"
-        with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
-            if not members:
-                raise FetchError(f"{sdist.name} has no {self.spec['git_dir']}",
-                                 hint="this sdist does not carry the upstream's git objects; fix git_dir in pins.yaml")
-            tar.extractall(into, members=members, filter="data")
+        found = 0
+        with tarfile.open(sdist, "r|*") as tar:  # one streaming pass: a .tar.gz has no random access
+            for member in tar:
+                if member.name.startswith(prefix):
+                    tar.extract(member, into, filter="data")
+                    found += 1
+        if not found:
+            raise FetchError(f"{sdist.name} has no {self.spec['git_dir']}",
+                             hint="this sdist does not carry the upstream's git objects; fix git_dir in pins.yaml")
         gdir = into / self.spec["git_dir"]
         # A vendored submodule git dir points at a work tree that is not unpacked: serve it as a bare repo.
         cfg = git.GitConfigParser(str(gdir / "config"), read_only=False)

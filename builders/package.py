@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import hashlib
 import io
 import os
 import shutil
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import zstandard
+
+from .config import file_sha256
 
 # A fixed timestamp makes packages reproducible: the same inputs give the same bytes.
 FIXED_TIME = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -125,11 +126,7 @@ def tar_zst(trees: Sequence[Path], extra: dict[str, bytes], out: Path, top: str)
 def sha256sums(directory: Path, out: Path) -> Path:
     lines = []
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p != out and not p.name.startswith(".")):
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        lines.append(f"{h.hexdigest()}  {path.relative_to(directory).as_posix()}\n")
+        lines.append(f"{file_sha256(path)}  {path.relative_to(directory).as_posix()}\n")
     tmp = out.with_name("." + out.name + ".part")
     tmp.write_text("".join(lines))
     os.replace(tmp, out)

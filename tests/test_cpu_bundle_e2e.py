@@ -95,3 +95,14 @@ def test_readme_smoke_script_serves_from_the_bundle(cpu_bundle_prefix):
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "commit 0c1e570" in out.stdout and "served by tiny:" in out.stdout
+
+
+def test_offline_refetch_from_the_downloaded_sdist(cpu_bundle, tmp_path):
+    """A distro rebuild: the sdist is in the download cache, the network is not used, the commit is verified again."""
+    from builders import config, fetch
+
+    pin = config.load_project(cpu_bundle.root).pins["llama.cpp"]
+    dest = tmp_path / "git" / f"{PINNED}.git"
+    how = fetch.fetch_pin(pin, dest, cpu_bundle.layout.cache / "downloads", offline=True)
+    assert how == "sdist llama_cpp_python-0.3.36.tar.gz"
+    assert fetch.verify_commit(dest, PINNED) is None
