@@ -71,10 +71,9 @@ def detect_tool(tool: Tool, env: Mapping[str, str]) -> ToolFact:
         root = env.get(tool.env, "") if tool.env else ""
         root = root or tool.default or ""
         exe = Path(root) / (tool.path or tool.tool)
-        found = exe.is_file() and os.access(exe, os.X_OK)
-        version = _run_version([str(exe), "--version"]) if found and tool.version else None
-        if found and exe.suffix == "" and tool.path == "Makefile":
-            found = exe.is_file()
+        found = exe.is_file()  # a program, or a marker file such as the kernel headers' Makefile
+        runnable = found and os.access(exe, os.X_OK)
+        version = _run_version([str(exe), "--version"]) if runnable and tool.version else None
         return ToolFact(tool.key, str(exe), found, version, root)
     path = shutil.which(tool.tool, path=env.get("PATH"))
     if path is None:
