@@ -86,9 +86,12 @@ def remote_tag_commit(url: str, tag: str, timeout: int = 60) -> str | None:
 
 
 def check_tag(pin: Pin, url: str) -> None:
+    """The pin's tag must still point at its commit. A mirror may lack tags; the canonical URL may not."""
     if not pin.tag:
         return
     at = remote_tag_commit(url, pin.tag)
+    if at is None and url != pin.url:
+        return
     if at is None:
         raise FetchError(f"tag {pin.tag!r} no longer exists at {url}", where=pin.where,
                          hint="the tag was deleted upstream; re-pin with `1bit-build pins bump " + pin.name + "`")
@@ -223,9 +226,9 @@ def _try_mirror(pin: Pin, mirror: Mirror, dest: Path, downloads: Path, *, offlin
     url = mirror.spec
     if offline and not is_local(url):
         return None
+    check_tag(pin, url)  # before fetching: a commit under a moved tag never enters the cache
     log(f"git fetch {pin.short} from {url}")
     _fetch_into_new_repo(dest, url, pin.commit)
-    check_tag(pin, url)
     return f"git {url}"
 
 
