@@ -32,13 +32,6 @@ class Report:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".part")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 class Executor:
     def __init__(self, plan: Plan, project: Project, *, offline: bool = False, force: bool = False,
                  console: Console | None = None):
@@ -83,7 +76,7 @@ class Executor:
     def _stamp(self, step: Step) -> None:
         if step.action in BUNDLE_ACTIONS:
             return
-        _write_atomic(self.layout.step_stamp(step.key), json.dumps({"id": step.id, "key": step.key, "time": time.time()}))
+        package.write_text_atomic(self.layout.step_stamp(step.key), json.dumps({"id": step.id, "key": step.key, "time": time.time()}))
 
     # ---- running -----------------------------------------------------------------------------------------------
     def run(self) -> Report:
@@ -255,7 +248,7 @@ class Executor:
 
     def _do_tarball(self, step: Step, progress, task) -> None:
         trees = [Path(s.data["prefix"]) for s in self.plan.steps if s.action == "stage"]
-        text = manifest.dumps(self._manifest()).encode()
+        text = (self.layout.next_out() / "manifest.json").read_bytes()  # written by the metapackage step
         out = Path(step.data["file"])
         top = out.name.removesuffix(".tar.zst")
         package.tar_zst(trees, {manifest.MANIFEST_PATH: text}, out, top)

@@ -19,6 +19,7 @@ import git
 
 from .config import Mirror, Pin, file_sha256
 from .errors import FetchError
+from .package import replace_dir
 
 Log = Callable[[str], None]
 
@@ -70,9 +71,7 @@ def _fetch_into_new_repo(dest: Path, url: str, commit: str, *, timeout: int = 60
         if problem:
             raise FetchError(problem)
         repo.git.update_ref("refs/onebit/pinned", commit)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
+        replace_dir(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -248,7 +247,5 @@ def fetch_wheels(requirements: list[str], dest: Path, *, offline: bool = False, 
         shutil.rmtree(tmp, ignore_errors=True)
         raise FetchError(f"pip could not download wheels: {proc.stderr.strip()[-400:]}")
     (tmp / ".complete").write_text("\n".join(sorted(requirements)))
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, dest)
+    replace_dir(tmp, dest)
     return "downloaded"

@@ -72,6 +72,14 @@ def index_channel(packages: Iterable[Path], channel_dir: Path, platform: str = "
     return channel_dir
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write beside the target and rename into place: a reader sees the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".part")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def replace_dir(new: Path, target: Path) -> None:
     """Swap a finished directory into place; the old one is removed only after the new one is there."""
     old = target.with_name(target.name + ".old")
@@ -127,7 +135,5 @@ def sha256sums(directory: Path, out: Path) -> Path:
     lines = []
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p != out and not p.name.startswith(".")):
         lines.append(f"{file_sha256(path)}  {path.relative_to(directory).as_posix()}\n")
-    tmp = out.with_name("." + out.name + ".part")
-    tmp.write_text("".join(lines))
-    os.replace(tmp, out)
+    write_text_atomic(out, "".join(lines))
     return out
