@@ -110,9 +110,12 @@ class Variant:
     network: str
     build_type: str
     install: str
-    keep: tuple[str, ...]
-    binaries: dict
+    root: str  # the prefix subtree this variant installs into ("" = the prefix itself)
+    keep: tuple[str, ...]  # relative to root
+    binaries: dict  # logical name -> path relative to root
+    links: dict  # convenience symlink (prefix-relative) -> target relative to root
     backend: str | None
+    adapter: str
     devices: tuple[str, ...]
     features: tuple[str, ...]
     provides_env: dict
@@ -120,7 +123,11 @@ class Variant:
 
     @property
     def id(self) -> str:
-        return self.recipe.name if self.name == DEFAULT_VARIANT else f"{self.recipe.name}-{self.name}"
+        return self.recipe._id(self.name)
+
+    def in_prefix(self, rel: str) -> str:
+        """A root-relative path as a prefix-relative one."""
+        return f"{self.root}/{rel}" if self.root else rel
 
     @property
     def package_name(self) -> str:
@@ -145,6 +152,9 @@ class Recipe:
     def patches(self, root: Path) -> tuple[Patch, ...]:
         base = root / "recipes" / "patches" / self.source.get("patch_dir", self.name)
         return tuple(Patch(p["file"], p["purpose"], p["upstream"], base / p["file"]) for p in self.source.get("patches", []))
+
+    def _id(self, variant: str) -> str:
+        return self.name if variant == DEFAULT_VARIANT else f"{self.name}-{variant}"
 
     def variant_names(self) -> list[str]:
         return list(self.data.get("variants", {DEFAULT_VARIANT: {}}))
@@ -176,9 +186,13 @@ class Recipe:
             network=build.get("network", "none"),
             build_type=build.get("build_type", "Release"),
             install=stage.get("install", "build-system"),
+            root=vstage.get("root", stage.get("root", "")).replace("{variant}", self._id(name)),
             keep=tuple(vstage.get("keep", stage.get("keep", []))),
             binaries={**stage["binaries"], **vstage.get("binaries", {})},
+            links={k.replace("{variant}", self._id(name)): v
+                   for k, v in {**stage.get("links", {}), **vstage.get("links", {})}.items()},
             backend=provides.get("backend"),
+            adapter=provides.get("adapter", "llama-server"),
             devices=tuple(provides.get("devices", [])),
             features=tuple(provides.get("features", [])),
             provides_env=dict(provides.get("env", {})),
