@@ -24,6 +24,7 @@ from .stage import KEY_FILE
 
 BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
+PLAIN_PROGRESS_EVERY = 30.0  # seconds between plain progress lines when the output is not a terminal
 
 
 @dataclass
@@ -104,12 +105,12 @@ class Executor:
         log_path = self.log_dir / (step.id.replace(":", "-").replace("/", "_") + ".log")
         with open(log_path, "w") as log:
             for i, cmd in enumerate(commands):
-                output = self._run_one(cmd, log, progress, task)
+                output = self._run_one(cmd, log, progress, task, label=step.id)
                 problem = checker(i, output) if checker else None
                 if problem:
                     raise BuildError(problem, where=getattr(step.data, "where", step.id), hint=f"full log: {log_path}")
 
-    def _run_one(self, cmd: Command, log, progress: Progress, task) -> str:
+    def _run_one(self, cmd: Command, log, progress: Progress, task, label: str = "") -> str:
         env = {**os.environ, **dict(cmd.env)}
         log.write(f"$ {cmd.shell()}\n")
         log.flush()
@@ -120,6 +121,7 @@ class Executor:
             raise BuildError(f"command not found: {cmd.argv[0]}", hint="install it, or check the recipe's toolchain") from None
         captured = []
         assert proc.stdout is not None
+        started = last = time.monotonic()
         for line in proc.stdout:
             log.write(line)
             captured.append(line)
@@ -127,6 +129,12 @@ class Executor:
             if m:
                 progress.update(task, completed=int(m.group(1)), total=int(m.group(2)))
                 log.flush()  # so `tail -f` on the log follows the build
+            now = time.monotonic()
+            if not self.console.is_terminal and now - last >= PLAIN_PROGRESS_EVERY:
+                # CI logs: a plain line about every 30 s, since the live bar only draws on a terminal
+                last = now
+                done = f" [{m.group(1)}/{m.group(2)}]" if m else ""
+                self.console.print(f"... {label or cmd.argv[0]}{done} {int(now - started)} s", highlight=False, markup=False)
         rc = proc.wait()
         if rc != 0:
             tail = "".join(captured[-25:])
@@ -170,6 +178,9 @@ class Executor:
         build_dir.mkdir(parents=True, exist_ok=True)
         source_file.write_text(d.source_dir + "\n")
         kind = KINDS[d.kind]
+        if not d.network_isolated:
+            self.console.log(f"[yellow]network not isolated[/] for {d.variant}: this host cannot cut it (unshare --net "
+                             "is unavailable or refused); the manifest records `build_network: not isolated`")
         self._run_commands(step, step.commands, progress, task, checker=getattr(kind, "check_output", None))
         (build_dir / KEY_FILE).write_text(step.key + "\n")
 

@@ -237,7 +237,8 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         commands=tuple(kind.build(ctx)),
         needs=tuple(needs),
         data=BuildData(variant=variant.id, kind=variant.kind, build_dir=str(build_dir), source_dir=source.dir,
-                       fresh_dir=variant.kind == "script", where=where),
+                       fresh_dir=variant.kind == "script", where=where,
+                       network_isolated=variant.network != "none" or bool(host.net_cut)),
     )
     bstring = build_string(variant, source.short, build_number, overrides)
     manifest_entry = None
@@ -256,6 +257,7 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
                        "patches": [p.file for p in recipe.patches(project.root)]} if source.pin else None,
             "features": list(variant.features),
             "overrides": dict(overrides) or None,
+            "build_network": "not isolated" if variant.network == "none" and not host.net_cut else None,
         }
         if variant.provides_env:
             manifest_entry["env"] = dict(variant.provides_env)

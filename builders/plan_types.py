@@ -76,6 +76,7 @@ class BuildData:
     source_dir: str  # a build dir configured against another source dir is wiped first
     fresh_dir: bool  # script kinds start from an empty dir
     where: str
+    network_isolated: bool = True  # False: the recipe asks for no network but this host cannot cut it
 
 
 @dataclass(frozen=True)

@@ -263,3 +263,33 @@ def test_a_file_installed_twice_is_a_bundle_error(tmp_path):
     plan = Plan("b", "1", 0, "linux-64", Layout(tmp_path, tmp_path, tmp_path, tmp_path), steps)
     with pytest.raises(StageError, match="onebit-a and onebit-b would both install lib/libggml.so"):
         E(plan, None)._check_clobbers()
+
+
+def test_a_host_that_cannot_cut_the_network_is_recorded():
+    from dataclasses import replace as dc_replace
+
+    lay = Layout(ROOT, Path("/c"), Path("/w"), Path("/o"))
+    cut = make_plan(PROJECT, "cpu", facts(), lay)
+    open_net = make_plan(PROJECT, "cpu", dc_replace(facts(), net_cut=()), lay)
+    assert cut.step("build:cpu").data.network_isolated and cut.step("stage:cpu").data.manifest_entry["build_network"] is None
+    assert not open_net.step("build:cpu").data.network_isolated
+    assert open_net.step("stage:cpu").data.manifest_entry["build_network"] == "not isolated"
+
+
+@pytest.mark.e2e
+def test_a_build_shows_plain_progress_lines_when_not_on_a_terminal(tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from builders import execute
+
+    monkeypatch.setattr(execute, "PLAIN_PROGRESS_EVERY", 0.0)
+    mini = make_mini(tmp_path / "m")
+    project = config.load_project(mini.root)
+    layout = Layout(root=mini.root, cache=tmp_path / "cache", work=tmp_path / "work", out=tmp_path / "out")
+    plan = make_plan(project, "mini", host.gather(all_tools(project, "mini")), layout)
+    buf = io.StringIO()
+    Executor(plan, project, console=Console(file=buf, force_terminal=False, width=200)).run()
+    lines = [line for line in buf.getvalue().splitlines() if line.startswith("... build:hello [")]
+    assert lines and all(line.split("]")[0].split("[")[1].count("/") == 1 for line in lines), buf.getvalue()[-2000:]
