@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import json
 import os
 import sys
@@ -31,9 +32,11 @@ def layout_for(args, bundle: str) -> Layout:
 
 def _plan(args) -> tuple[config.Project, Plan]:
     project = config.load_project(args.root)
-    facts = host.gather(all_tools(project, args.bundle))
+    lay = layout_for(args, args.bundle)
+    facts = host.gather(all_tools(project, args.bundle), toolchains=lay.cache / "toolchains",
+                        python=getattr(args, "python", None))
     only = set(args.only) if getattr(args, "only", None) else None
-    plan = make_plan(project, args.bundle, facts, layout_for(args, args.bundle), build_number=args.build_number, only=only,
+    plan = make_plan(project, args.bundle, facts, lay, build_number=args.build_number, only=only,
                      overrides=parse_overrides(getattr(args, "set", None) or []))
     return project, plan
 
@@ -97,10 +100,13 @@ def cmd_fetch(args) -> int:
 
     project, plan = _plan(args)
     _refuse(plan, tools=False)
-    plan.steps = [s for s in plan.steps if s.action in ("fetch", "wheels")]
+    plan.steps = [s for s in plan.steps if s.action in FETCH_ACTIONS]
     report = Executor(plan, project, offline=args.offline, console=console).run()
     console.print(f"[green]fetched[/] {len(report.ran)} source(s), {len(report.cached)} already cached")
     return 0
+
+
+FETCH_ACTIONS = ("fetch", "wheels", "toolchain")
 
 
 def cmd_build(args) -> int:
@@ -110,6 +116,12 @@ def cmd_build(args) -> int:
     if args.dry_run:
         print_plan(plan)
         return 1 if plan.refusals else 0
+    if plan.missing and not args.offline and any(s.action == "toolchain" for s in plan.steps):
+        # toolchain inputs the fetch step provides (cuBLAS from its wheel): fetch them, then look again
+        _refuse(plan, tools=False)
+        first = [s for s in plan.steps if s.action == "toolchain"]
+        Executor(replace(plan, steps=first), project, console=console).run()
+        project, plan = _plan(args)
     _refuse(plan)
     report = Executor(plan, project, offline=args.offline, force=args.force, console=console).run()
     built = sum(1 for s in report.ran if s.startswith("build:"))
@@ -170,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "manifest, so such a bundle never passes for the release one")
         if offline:
             s.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
+        s.add_argument("--python", metavar="X.Y", help="the Python minor the bundle's vendored wheels are for (default: "
+                       "the running one); fetch here for a build machine that runs another Python")
 
     s = sub.add_parser("plan", help="print the ordered steps with exact commands and cache keys (runs nothing)")
     bundle_args(s, offline=False)

@@ -19,7 +19,8 @@ from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
 from .plan import clobbers
-from .plan_types import BuildData, Command, FetchData, PackageData, Plan, SourceData, StageData, Step, WheelsData
+from .plan_types import (BuildData, Command, FetchData, PackageData, Plan, SourceData, StageData, Step, ToolchainData,
+                         WheelsData)
 from .stage import KEY_FILE
 
 BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
@@ -58,6 +59,8 @@ class Executor:
             return fetch.cached(Path(d.dest), d.commit)
         if isinstance(d, WheelsData):
             return (Path(d.dir) / ".complete").is_file()
+        if isinstance(d, ToolchainData):
+            return (Path(d.dest) / ".complete").is_file()
         if isinstance(d, SourceData):
             return _holds(source_key_file(Path(d.dir)), step.key) and Path(d.dir).is_dir()
         if isinstance(d, BuildData):
@@ -149,7 +152,15 @@ class Executor:
         self.console.log(f"fetched {pin.name} @ {pin.short} from {how}")
 
     def _do_wheels(self, step: Step, progress, task) -> None:
-        fetch.fetch_wheels(list(step.data.requirements), Path(step.data.dir), offline=self.offline)
+        fetch.fetch_wheels(list(step.data.requirements), Path(step.data.dir), offline=self.offline,
+                           python=step.data.python or None)
+
+    def _do_toolchain(self, step: Step, progress, task) -> None:
+        d: ToolchainData = step.data
+        how = fetch.fetch_toolchain_wheel(d.package, d.version, d.sha256, d.root, self.layout.downloads(), Path(d.dest),
+                                          offline=self.offline,
+                                          log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.console.log(f"{d.tool}: {d.package}=={d.version} from {how}")
 
     def _do_source(self, step: Step, progress, task) -> None:
         d: SourceData = step.data

@@ -231,7 +231,84 @@ def _try_mirror(pin: Pin, mirror: Mirror, dest: Path, downloads: Path, *, offlin
     return f"git {url}"
 
 
-def fetch_wheels(requirements: list[str], dest: Path, *, offline: bool = False, log: Log = _noop) -> str:
+# pip's platform tags for a target interpreter that is not the running one (the build machine's Python)
+MANYLINUX = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux1_x86_64")
+
+
+def target_args(python: str | None) -> list[str]:
+    """pip download arguments for wheels of another Python minor ('3.12'); none for the running interpreter."""
+    if not python or python == "%d.%d" % sys.version_info[:2]:
+        return []
+    args = ["--python-version", python, "--implementation", "cp"]
+    for platform in MANYLINUX:
+        args += ["--platform", platform]
+    return args
+
+
+def fetch_toolchain_wheel(package: str, version: str, sha256: str, root: str, downloads: Path, dest: Path, *,
+                          offline: bool = False, log: Log = _noop) -> str:
+    """A toolchain input shipped as a wheel (cuBLAS in nvidia-cublas): downloaded by name and version, checked
+    against its sha256, its `root` folder unpacked into dest, with lib64 and unversioned .so links the way a CUDA
+    toolkit lays them out. Written aside and renamed into place."""
+    import zipfile
+
+    if (dest / ".complete").is_file():
+        return "cache"
+    where = downloads / sha256
+    wheel = next((f for f in sorted(where.glob("*.whl"))), None) if where.is_dir() else None
+    if wheel is None or file_sha256(wheel) != sha256:
+        if offline:
+            raise FetchError(f"{package}=={version} is not in the download cache and --offline forbids downloading",
+                             hint="run `1bit-build fetch BUNDLE` once with network")
+        log(f"pip download {package}=={version}")
+        tmp = where.with_name(where.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                               "--disable-pip-version-check", "--quiet", "--dest", str(tmp), f"{package}=={version}"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FetchError(f"pip could not download {package}=={version}: {proc.stderr.strip()[-400:]}")
+        wheel = next(tmp.glob("*.whl"))
+        got = file_sha256(wheel)
+        if got != sha256:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FetchError(f"{wheel.name}: sha256 {got} does not match the recipe's {sha256}",
+                             hint="the package index served other bytes than were pinned; check the version, then "
+                                  "update the recipe's toolchain wheel sha256 only after review")
+        replace_dir(tmp, where)
+        wheel = where / wheel.name
+    log(f"unpack {wheel.name}")
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    prefix = root.rstrip("/") + "/"
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            name = info.filename
+            if not name.startswith(prefix) or info.is_dir():
+                continue
+            rel = Path(name[len(prefix):])
+            if rel.is_absolute() or ".." in rel.parts:
+                raise FetchError(f"{wheel.name}: member {name!r} escapes the toolchain folder")
+            out = tmp / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    lib = tmp / "lib"
+    if lib.is_dir():
+        for so in sorted(lib.glob("*.so.*")):
+            plain = lib / (so.name.split(".so.")[0] + ".so")
+            if not plain.exists():
+                plain.symlink_to(so.name)
+        (tmp / "lib64").symlink_to("lib")
+    (tmp / ".complete").write_text(f"{package}=={version} sha256:{sha256}\n")
+    replace_dir(tmp, dest)
+    return "downloaded"
+
+
+def fetch_wheels(requirements: list[str], dest: Path, *, offline: bool = False, log: Log = _noop,
+                 python: str | None = None) -> str:
     stamp = dest / ".complete"
     if stamp.is_file() and stamp.read_text().split("\n") == sorted(requirements):
         return "cache"
@@ -242,7 +319,8 @@ def fetch_wheels(requirements: list[str], dest: Path, *, offline: bool = False, 
     shutil.rmtree(tmp, ignore_errors=True)
     log(f"pip download {len(requirements)} requirement(s) as wheels")
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--only-binary", ":all:", "--dest", str(tmp),
-                           "--disable-pip-version-check", "--quiet", *requirements], capture_output=True, text=True)
+                           "--disable-pip-version-check", "--quiet", *target_args(python), *requirements],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise FetchError(f"pip could not download wheels: {proc.stderr.strip()[-400:]}")

