@@ -60,8 +60,8 @@ def backend_entry(name: str, binary: str | None = None, env: dict | None = None,
         e["env"] = env
     if layout == "per-backend":
         root, e["binaries"] = per_backend_layout(name)
-        if binary:
-            e["binaries"] = {prog: binary}
+        if binary:  # named by its file name: a test can give the npu backend an `npu-server`
+            e["binaries"] = {Path(binary).name: binary}
         e["root"] = root
         e["adapter"] = ADAPTER.get(name, "llama-server")
     return e
