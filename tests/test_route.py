@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from serve_fixtures import STRIX, models, per_backend_layout, write_manifest  # noqa: F401  (models is a fixture)
 
 from onebit.inspect import inspect_model
 from onebit.manifest import load_manifest
 from onebit.recipes import default_recipes_path, load_recipes, parse_recipes
 from onebit.route import LaunchPlan, Refusal, RouteEnv, ServeFlags, route, split_options
-from serve_fixtures import STRIX, models, per_backend_layout, write_manifest  # noqa: F401  (models is a fixture)
 
 RECIPES = load_recipes(default_recipes_path())
 
@@ -355,7 +355,6 @@ def test_binary_per_device(models, bundles, case):
 
 
 def test_every_strix_backend_runs_its_own_binary(models, bundles):
-    m = bundles["strix"]
     seen = {}
     for dev in ("vulkan", "hrx", "rocm", "cpu"):
         seen[dev] = run(models, bundles, device=dev).children[0].binary
