@@ -58,8 +58,8 @@ class AdapterError(ValueError):
 
 
 # --- llama-server ----------------------------------------------------------------------------------------------------
-# tools/server at the llama.cpp pin: `--list-devices` prints "Available devices:" then one "  <name>: <description>"
-# line per non-CPU device (common/arg.cpp, --list-devices).
+# llama.cpp at its pin, common/arg.cpp common_print_available_devices() (`--list-devices`): "Available devices:", then
+# "  <name>: <description> (<total> MiB, <free> MiB free)" per device that is not the CPU, or "  (none)".
 
 _LIST_DEVICES_LINE = re.compile(r"^\s+([A-Za-z]+[0-9]+):\s", re.MULTILINE)
 

@@ -160,9 +160,9 @@ def row(manifest: Manifest, backend: str, p: Probe, test: tuple[bool, str]) -> R
     elif p.seen is None:
         seen = "no probe (" + ("unproven adapter" if not adapter.proven else f"{adapter.program} lists no devices") + ")"
     else:
-        # llama-server lists no CPU device: a program that runs serves the CPU it claims
+        # llama-server never lists the CPU (common_print_available_devices skips it): a program that ran has it
         missing = [d for d in claimed if d != "CPU" and d not in p.seen]
-        shown = ", ".join(p.seen) or "none"
+        shown = ", ".join([*p.seen, *(["CPU"] if "CPU" in claimed else [])]) or "none"
         if missing:
             seen, ok = f"{shown} — FAIL: missing {', '.join(missing)}", False
         else:

@@ -36,6 +36,8 @@ def main():
         print("Available devices:")
         for d in devices:
             print(f"  {d}: stub device {d} (1024 MiB, 1000 MiB free)")
+        if not devices:
+            print("  (none)")
         return 0
     if "--check" in argv:
         for d in devices:
