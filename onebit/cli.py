@@ -157,11 +157,11 @@ def _laya_router(plan, args):
     """The proxy's Laya router: the pinned checkpoint (verified) and the policy the plan was made with."""
     from pathlib import Path
 
-    from .laya import LayaClassifier, Router
+    from .laya import PYTHON_RELPATH, LayaClassifier, Router
 
     spec = plan.proxy.laya
-    model_dir = Path(spec.model_dir)
-    classifier = LayaClassifier(model_dir, python_path=model_dir.parent.parent.parent / "lib" / "laya" / "python")
+    prefix = default_manifest_path(args.manifest).resolve().parent.parent.parent
+    classifier = LayaClassifier(Path(spec.model_dir), python_path=prefix / PYTHON_RELPATH)
     policy = load_policy(args.route_policy, DEVICES[1:])
     return Router(classifier, policy, spec.classes, spec.default)
 

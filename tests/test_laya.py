@@ -413,3 +413,38 @@ def test_proxy_routes_by_class_with_the_route_header():
     assert fake.asked == ["write a rust function", "an essay about rivers", "hello conf=0.05"]
     assert lines == ["1bit serve: laya: code 0.44 hrx", "1bit serve: laya: prose 0.31 zinc",
                      "1bit serve: laya: short 0.05 vulkan", "1bit serve: laya: long_doc 1.00 vulkan"]
+
+
+# --- `1bit serve --laya` from the command line ------------------------------------------------------------------------
+
+
+def _serve(prefix, *args, env=None):
+    import os
+    import subprocess
+
+    e = {k: v for k, v in os.environ.items() if not k.startswith("ONEBIT_")}
+    e.update(PYTHONPATH=str(HERE.parent), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "onebit.cli", "serve", *args, "--manifest",
+                           str(prefix / "share/onebit/manifest.json")], env=e, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_serve_laya_dry_run_and_missing_checkpoint(models, tmp_path):
+    prefix = tmp_path / "p"
+    write_manifest(prefix, STRIX, layout="per-backend")
+    r = _serve(prefix, "-m", str(models["dense"]), "--laya", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["proxy"]["policy"] == "laya"
+    assert plan["proxy"]["laya"]["model_dir"] == str(prefix.resolve() / "share/laya/checkpoint")
+    assert plan["proxy"]["laya"]["policy"].endswith("laya-policy.json")
+    assert [c["role"] for c in plan["children"]] == ["vulkan"]
+    r = _serve(prefix, "-m", str(models["dense"]), "--laya-model", str(tmp_path / "ckpt"), "--dry-run",
+               env={"ONEBIT_LAYA_MODEL": "/elsewhere"})
+    assert json.loads(r.stdout)["proxy"]["laya"]["model_dir"] == str(tmp_path / "ckpt")
+    r = _serve(prefix, "-m", str(models["dense"]), "--laya")  # no checkpoint installed: one line, nothing started
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == (f"1bit serve: error: no Laya checkpoint at {prefix.resolve()}/share/laya/checkpoint: install the "
+                        "bundle's laya package, or pass --laya-model DIR (or set $ONEBIT_LAYA_MODEL)\n")
+    r = _serve(prefix, "-m", str(models["dense"]), "--laya", "--route-policy", str(tmp_path / "none.json"))
+    assert r.returncode == 2 and r.stderr.startswith("1bit serve: error: no Laya policy at ")
