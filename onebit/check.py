@@ -176,15 +176,39 @@ def check(manifest: Manifest, run: Runner = subprocess.run, env: Mapping[str, st
             for name in sorted(manifest.backends)]
 
 
+COLUMNS = ("backend", "binary", "devices claimed", "devices seen", "route self-test")
+
+
+def _cells(r: Row) -> tuple[str, ...]:
+    return (r.backend, r.binary, ", ".join(r.claimed), r.seen, r.self_test)
+
+
+def render_plain(manifest: Manifest, rows: list[Row], file=None) -> None:
+    """The same table without rich (a bundle whose serve package does not vendor it)."""
+    import sys
+
+    out = file or sys.stdout
+    cells = [COLUMNS, *(_cells(r) for r in rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+    print(f"1bit check: {manifest.bundle} {manifest.version} ({manifest.prefix})", file=out)
+    for i, c in enumerate(cells):
+        print("  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip(), file=out)
+        if i == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+
+
 def render(manifest: Manifest, rows: list[Row], file=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        render_plain(manifest, rows, file)
+        return
 
     t = Table(title=f"1bit check: {manifest.bundle} {manifest.version} ({manifest.prefix})", title_justify="left")
-    for col in ("backend", "binary", "devices claimed", "devices seen", "route self-test"):
+    for col in COLUMNS:
         t.add_column(col, overflow="fold")
     for r in rows:
-        style = None if r.ok else "bold red"
-        t.add_row(r.backend, r.binary, ", ".join(r.claimed), r.seen, r.self_test, style=style)
+        t.add_row(*_cells(r), style=None if r.ok else "bold red")
     console = Console(file=file, width=None if file is None else 200, soft_wrap=False)
     console.print(t)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from serve_fixtures import STRIX, STUB, per_backend_layout, write_manifest
 
-from onebit.check import check, render, self_test
+from onebit.check import check, render, render_plain, self_test
 from onebit.manifest import load_manifest
 
 SRC = Path(__file__).resolve().parent.parent
@@ -124,3 +124,17 @@ def test_1bit_check_command(tmp_path, backends, rc):
     assert r.returncode == rc, r.stdout + r.stderr
     assert "devices seen" in r.stdout and "Vulkan0" in r.stdout
     assert r.stderr == ("" if rc == 0 else "1bit check: 1 backend(s) failed: npu\n")
+
+
+def test_plain_table_without_rich(tmp_path):
+    import io
+
+    m = load_manifest(stub_bundle(tmp_path, ["vulkan", "cpu"]))
+    buf = io.StringIO()
+    render_plain(m, check(m), file=buf)
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == f"1bit check: test 1.2.3 ({m.prefix})"
+    assert lines[1].split() == ["backend", "binary", "devices", "claimed", "devices", "seen", "route", "self-test"]
+    assert lines[3].split() == ["cpu", "libexec/onebit/cpu/bin/llama-server", "CPU", "CPU", "ok:", "cpu"]
+    assert lines[4].split() == ["vulkan", "libexec/onebit/vulkan/bin/llama-server", "Vulkan0", "Vulkan0", "ok:",
+                                "vulkan"]
