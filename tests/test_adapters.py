@@ -190,3 +190,29 @@ def test_serve_execs_zinc_with_its_own_argv(models, tmp_path):
     assert r.stderr == "1bit serve: zinc: zinc has no --host option: it listens on 0.0.0.0:8123, not only on 127.0.0.1\n"
     got = json.loads((rec / "8123.json").read_text())
     assert got["argv"][1:] == ["-m", str(models["dense"]), "-p", "8123", "-d", "0", "-c", "2048"]
+
+
+@pytest.mark.skipif(not os.environ.get("ONEBIT_TEST_DS4_SERVER"),
+                    reason="set ONEBIT_TEST_DS4_SERVER to a real ds4-server (e.g. antirez/ds4 `make cpu`)")
+def test_ds4_argv_is_accepted_by_the_real_parser(models, tmp_path):
+    """The adapter's argv gets past ds4-server's parse_options() to opening the model (CPU build: --backend cpu)."""
+    real = tmp_path / DS4
+    real.parent.mkdir(parents=True)
+    real.symlink_to(os.environ["ONEBIT_TEST_DS4_SERVER"])
+    real = str(real)
+    m = load_manifest(write_manifest(tmp_path, ["ds4"], layout="per-backend", devices={"ds4": ["CPU"]}))
+    facts = inspect_model(models["pkg"])
+    p = route(facts, ServeFlags(model=facts.path, port=free_port_for_test(), ctx_size=1024), m, RouteEnv())
+    assert isinstance(p, LaunchPlan), p
+    (c,) = p.children
+    assert c.argv[0] == real and c.argv[-4:] == ("--backend", "cpu", "--ctx", "1024")
+    r = subprocess.run(list(c.argv), capture_output=True, text=True, timeout=60, check=False)
+    out = r.stdout + r.stderr
+    assert "unknown option" not in out and "invalid" not in out, out
+    assert "model" in out  # it went on to load the model (upstream ds4 reads GGUF only; the 1bit fork reads 1BP)
+
+
+def free_port_for_test() -> int:
+    from serve_fixtures import free_port
+
+    return free_port()
