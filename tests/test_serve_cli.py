@@ -153,7 +153,7 @@ def test_bundle_recipes_from_manifest(tmp_path, models):
     "args,code,text",
     [
         (["--device", "vulkan", "-m", "@rot"], 3, "refused: rot.gguf is Hadamard-rotated"),
-        (["-m", "@dense", "--laya", "x"], 3, "refused: --laya is not yet supported; tracked in its own issue"),
+        (["-m", "@dense", "--laya", "--adaptive"], 3, "refused: --laya and --adaptive cannot be combined"),
         (["-m", "@dense", "--mtp", "h", "--dflash", "@draft"], 3, "cannot be combined"),
         (["-m", "@dense", "--recipes", "/nonexistent/r.json"], 2, "serve recipes file not found"),
         (["-m", "/nonexistent/model.gguf"], 2, "error: model file not found"),
