@@ -293,3 +293,17 @@ def test_a_build_shows_plain_progress_lines_when_not_on_a_terminal(tmp_path, mon
     Executor(plan, project, console=Console(file=buf, force_terminal=False, width=200)).run()
     lines = [line for line in buf.getvalue().splitlines() if line.startswith("... build:hello [")]
     assert lines and all(line.split("]")[0].split("[")[1].count("/") == 1 for line in lines), buf.getvalue()[-2000:]
+
+
+@pytest.mark.parametrize("output, devices", [
+    ("Available devices:\n  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (23936 MiB, 23936 MiB free)\n", ["Vulkan0"]),
+    ("ggml_cuda_init: found 1 CUDA devices:\nAvailable devices:\n  CUDA0: NVIDIA H200 (143156 MiB, 142523 MiB free)\n",
+     ["CUDA0"]),
+    ("Available devices:\n  HRX0: gfx1151\n  Vulkan0: Radeon 8060S Graphics (RADV GFX1151)\n", ["HRX0", "Vulkan0"]),
+    ("Available devices:\n", []),
+    ("load_backend: loaded CPU backend from /x/libggml-cpu.so\nAvailable devices:\n", []),
+])
+def test_list_devices_table(output, devices):
+    from builders.stage import parse_list_devices
+
+    assert parse_list_devices(output) == devices
