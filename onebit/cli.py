@@ -224,7 +224,9 @@ def version_main(argv: list[str]) -> int:
         print(f"onebit {_package_version()}")
         print(f"1bit version: {e}", file=sys.stderr)
         return 1
-    print(f"{m.bundle} {m.version} (build {m.build_number}, {m.platform})")
+    # Lemonade's onebit backend reads the text after the first space of this first line: `1bit <version>`
+    print(f"1bit {m.version}")
+    print(f"bundle {m.bundle} {m.version} (build {m.build_number}, {m.platform})")
     for name, b in sorted(m.backends.items()):
         print(f"  {name} {b.version} {b.commit[:12]}")
     print(f"onebit {_package_version()}")

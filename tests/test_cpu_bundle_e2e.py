@@ -3,6 +3,7 @@ llama-cpp-python sdist, patched, built with CMake, staged, packaged, installed w
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -115,3 +116,18 @@ def test_offline_refetch_from_the_downloaded_sdist(cpu_bundle, tmp_path):
     how = fetch.fetch_pin(pin, dest, cpu_bundle.layout.cache / "downloads", offline=True)
     assert how == "sdist llama_cpp_python-0.3.36.tar.gz"
     assert fetch.verify_commit(dest, PINNED) is None
+
+
+def test_1bit_check_passes_on_the_installed_bundle(cpu_bundle_prefix):
+    """`1bit check`, shipped in the bundle: route self-tests against the installed manifest, and the cpu backend's own
+    llama-server asked which devices it sees."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "ONEBIT_MANIFEST")}
+    out = subprocess.run([cpu_bundle_prefix / "bin" / "1bit", "check"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.lstrip("│ ").startswith("cpu"))
+    assert "CPU" in row and "ok" in row, out.stdout
+    version = subprocess.run([cpu_bundle_prefix / "bin" / "1bit", "version"], capture_output=True, text=True, env=env)
+    first = version.stdout.splitlines()[0]  # Lemonade takes the text after its first space as the version
+    assert first.startswith("1bit ") and first.split(" ", 1)[1] == json.loads(
+        (cpu_bundle_prefix / "share/onebit/manifest.json").read_text())["version"]
