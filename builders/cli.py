@@ -84,7 +84,8 @@ def cmd_fetch(args) -> int:
 
     project, plan = _plan(args)
     _refuse(plan, tools=False)
-    plan.steps = [s for s in plan.steps if s.action in ("fetch", "wheels")]
+    plan.steps = [s for s in plan.steps if s.action in ("fetch", "wheels", "submodules", "hf", "crates")
+                  or (s.action == "source" and any(c.needs == (s.id,) for c in plan.steps if c.action == "crates"))]
     report = Executor(plan, project, offline=args.offline, console=console).run()
     console.print(f"[green]fetched[/] {len(report.ran)} source(s), {len(report.cached)} already cached")
     return 0

@@ -14,7 +14,7 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import fetch, manifest, package, patch, stage
+from . import companions, fetch, manifest, package, patch, stage
 from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
@@ -56,6 +56,12 @@ class Executor:
             return fetch.cached(Path(d["dest"]), d["commit"])
         if step.action == "wheels":
             return (Path(d["dir"]) / ".complete").is_file()
+        if step.action == "submodules":
+            return Path(d["lock"]).is_file()
+        if step.action == "crates":
+            return companions.crates_ready(Path(d["dir"]))
+        if step.action == "hf":
+            return companions.hf_ready(Path(d["dir"]), d["files"])
         if step.action == "source":
             return Path(d["dir"]).is_dir()
         if step.action == "build":
@@ -142,6 +148,24 @@ class Executor:
     def _do_wheels(self, step: Step, progress, task) -> None:
         fetch.fetch_wheels(step.data["requirements"], Path(step.data["dir"]), offline=self.offline)
 
+    def _do_submodules(self, step: Step, progress, task) -> None:
+        d = step.data
+        subs = companions.fetch_submodules(self.layout.git_cache, Path(d["git_dir"]), d["commit"], d["url"], d["want"],
+                                           Path(d["lock"]), offline=self.offline,
+                                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.console.log(f"submodules of {d['pin']}: " + ", ".join(f"{s.path} @ {s.commit[:7]}" for s in subs))
+
+    def _do_crates(self, step: Step, progress, task) -> None:
+        d = step.data
+        how = companions.vendor_crates(Path(d["source"]), d["manifest"], Path(d["dir"]), offline=self.offline)
+        self.console.log(f"crates of {d['manifest']}: {how}")
+
+    def _do_hf(self, step: Step, progress, task) -> None:
+        d = step.data
+        how = companions.fetch_hf(d["repo"], d["revision"], d["files"], Path(d["dir"]), where=d["where"], offline=self.offline,
+                                  log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.console.log(f"{d['repo']} @ {d['revision'][:7]}: {how}")
+
     def _do_source(self, step: Step, progress, task) -> None:
         src = Path(step.data["dir"])
         shutil.rmtree(src, ignore_errors=True)
@@ -149,6 +173,8 @@ class Executor:
             subprocess.run(["git", "--git-dir", cache_dir, "worktree", "prune"], capture_output=True)
         clone_cmds = [c for c in step.commands if "apply" not in c.argv]
         self._run_commands(step, clone_cmds, progress, task)
+        if step.data.get("submodules_lock"):
+            companions.checkout_submodules(src, Path(step.data["submodules_lock"]), self.layout.git_cache)
         results = patch.apply_all(src, [Path(p) for p in step.data["patches"]], where=step.data["where"])
         for r in results:
             self.console.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from . import companion_steps
 from .config import Pin, Project, Tool, Variant
 from .host import HostFacts, ToolFact, version_ok
 from .kinds import KINDS, KindContext
@@ -38,6 +39,12 @@ def expand(text: str, values: Mapping[str, str], where: str = "") -> str:
         return values[name]
 
     return _PLACEHOLDER.sub(sub, text)
+
+
+def expand_test(test: dict, values: Mapping[str, str], where: str) -> dict:
+    """A recipe test with its {tool:...} placeholders expanded ({commit7}/{commit} stay for the runner)."""
+    keep = {k: "{" + k + "}" for k in ("commit", "commit7")}
+    return {**test, "run": [expand(a, {**values, **keep}, where) for a in test["run"]]}
 
 
 def tool_values(variant: Variant, facts: Mapping[str, ToolFact]) -> dict[str, str]:
@@ -105,9 +112,12 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
     extra = [(project.pins[e["pin"]], e["into"]) for e in recipe.source.get("extra", [])]
     for p in [pin] + [e for e, _ in extra]:
         steps.setdefault(f"fetch:{p.name}", _fetch_step(p, layout))
+    subs = list(recipe.source.get("submodules", []))
+    if subs:  # companion sources: the pin's submodules at their gitlinks
+        steps.setdefault(f"fetch:submodules:{pin.name}", companion_steps.submodule_step(layout, pin, subs))
     patches = recipe.patches(project.root)
     key = digest("source", pin.commit, [(p.file, project.digests.get(str(p.path))) for p in patches],
-                 [(e.name, e.commit, into) for e, into in extra])
+                 [(e.name, e.commit, into) for e, into in extra], *([sorted(subs)] if subs else []))
     src = layout.src(key)
     step_id = f"source:{recipe.pin_name}@{pin.short}" + (f"+{len(patches)}p" if patches else "") + (f"+{len(extra)}x" if extra else "")
     if step_id not in steps:
@@ -126,10 +136,11 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
             title=f"check out {recipe.pin_name} @ {pin.short}" + (f" and apply {len(patches)} patch(es)" if patches else ""),
             key=key,
             commands=tuple(cmds),
-            needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]),
+            needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]) + ((f"fetch:submodules:{pin.name}",) if subs else ()),
             data={"dir": str(src), "pin": pin.name, "commit": pin.commit, "patches": [str(p.path) for p in patches],
                   "extra": [{"pin": e.name, "commit": e.commit, "into": into} for e, into in extra],
-                  "where": str(recipe.path)},
+                  "where": str(recipe.path),
+                  "submodules_lock": str(companion_steps.submodules_lock(layout, pin, subs)) if subs else None},
         )
     return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin)
 
@@ -158,6 +169,15 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         "build_number": str(build_number),
         **tool_values(variant, host.tools),
     }
+    companions = []  # crates vendored from the checkout, Hugging Face files of the pin: {crates} and {hf}
+    if recipe.source.get("crates") and source.pin is not None:
+        sstep = next(s.id for s in steps.values() if s.action == "source" and s.key == source.key)
+        companions.append(steps.setdefault(f"fetch:crates:{recipe.name}",
+                                           companion_steps.crates_step(layout, recipe, source.key, source.dir, sstep)))
+        values["crates"] = companions[-1].data["dir"]
+    if recipe.source.get("huggingface") and source.pin is not None:
+        companions.append(steps.setdefault(f"fetch:hf:{source.pin.name}", companion_steps.hf_step(layout, source.pin)))
+        values["hf"] = companions[-1].data["dir"]
     where = str(recipe.path)
     options = {k: expand(str(v), values, where) if isinstance(v, str) else v for k, v in variant.options.items()}
     env = {k: expand(v, values, where) for k, v in variant.env.items()}
@@ -196,10 +216,11 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
             data={"dir": str(wheels_dir), "requirements": list(wheels)},
         ))
         needs.append(wid)
+    needs += [c.id for c in companions]
     toolchain = sorted((t.key, (host.tools.get(t.key).version if host.tools.get(t.key) else None)) for t in variant.toolchain
                        if not t.optional)
     build_key = digest("build", BUILDER_VERSION, source.key, variant.kind, options, variant.targets, env, commands,
-                       variant.build_type, toolchain, wheels_key if wheels else None)
+                       variant.build_type, toolchain, wheels_key if wheels else None, *[c.key for c in companions])
     steps[f"build:{variant.id}"] = Step(
         id=f"build:{variant.id}",
         action="build",
@@ -237,7 +258,7 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
               "tmp_prefix": str(layout.staged_prefix(variant.id, tmp=True)), "prefix": str(staged_prefix),
               "keep": list(variant.keep),
               "binaries": dict(variant.binaries), "backend": variant.backend, "manifest_entry": manifest_entry,
-              "build_dir": str(build_dir), "home": host.home, "tests": list(variant.tests),
+              "build_dir": str(build_dir), "home": host.home, "tests": [expand_test(t, values, where) for t in variant.tests],
               "test_values": {"commit": source.commit or "", "commit7": source.short}},
     )
     build_string = f"{variant.name}_h{source.short}_{build_number}"
@@ -272,6 +293,10 @@ def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layou
         if unresolved:
             for pin in unresolved:
                 plan.refusals.append(f"{variant.id}: pin {pin.name!r} is unresolved ({pin.where}): {pin.unresolved}")
+            continue
+        hf_why = companion_steps.hf_unresolved(project.pins[pins[0]]) if pins[0] and variant.recipe.source.get("huggingface") else None
+        if hf_why:
+            plan.refusals.append(f"{variant.id}: the Hugging Face files of pin {pins[0]!r} can't be fetched ({project.pins[pins[0]].where}): {hf_why}")
             continue
         plan.missing += missing_tools(variant, host.tools)
         packages.append(_variant_steps(project, variant, host, layout, bn, bundle.version, steps))
