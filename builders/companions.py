@@ -93,7 +93,7 @@ def absolute_url(url: str, parent_url: str) -> str:
     scheme, sep, rest = base.partition("://")
     if not sep:
         scheme, rest = "", base
-    joined = posixpath.normpath(posixpath.join(rest, "..", url))  # relative to the parent repo, like git
+    joined = posixpath.normpath(posixpath.join(rest, url))  # the superproject URL as the base directory, like git
     return f"{scheme}://{joined}" if sep else joined
 
 
