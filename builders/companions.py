@@ -18,9 +18,11 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+
+import git
 
 from .config import file_sha256, tree_digest
 from .errors import FetchError
@@ -38,7 +40,7 @@ def _noop(_: str) -> None:
 
 
 def _git(git_dir: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True)
+    proc = subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise FetchError(f"git {' '.join(args)} in {git_dir} failed: {proc.stderr.strip()}")
     return proc.stdout
@@ -63,7 +65,7 @@ def gitlinks(git_dir: Path, commit: str) -> dict[str, str]:
         if not entry:
             continue
         meta, path = entry.split("\t", 1)
-        mode, kind, sha = meta.split()
+        _mode, kind, sha = meta.split()
         if kind == "commit":
             links[path] = sha
     return links
@@ -72,7 +74,7 @@ def gitlinks(git_dir: Path, commit: str) -> dict[str, str]:
 def gitmodules(git_dir: Path, commit: str) -> dict[str, str]:
     """submodule path -> url, from the commit's .gitmodules ({} when it has none)."""
     proc = subprocess.run(["git", "--git-dir", str(git_dir), "config", "--blob", f"{commit}:.gitmodules", "-z",
-                           "--get-regexp", r"^submodule\..*\.(path|url)$"], capture_output=True, text=True)
+                           "--get-regexp", r"^submodule\..*\.(path|url)$"], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         return {}
     by_name: dict[str, dict[str, str]] = {}
@@ -87,7 +89,7 @@ def gitmodules(git_dir: Path, commit: str) -> dict[str, str]:
 
 def absolute_url(url: str, parent_url: str) -> str:
     """A .gitmodules URL made absolute: `../x.git` is relative to the superproject's URL, as git resolves it."""
-    if not (url.startswith("./") or url.startswith("../")):
+    if not url.startswith(("./", "../")):
         return url
     base = parent_url.rstrip("/")
     scheme, sep, rest = base.partition("://")
@@ -99,7 +101,7 @@ def absolute_url(url: str, parent_url: str) -> str:
 
 def rewritten(url: str) -> str:
     """The URL git would really fetch, after the user's url.<base>.insteadOf rules (a mirror is one config line)."""
-    proc = subprocess.run(["git", "ls-remote", "--get-url", url], capture_output=True, text=True)
+    proc = subprocess.run(["git", "ls-remote", "--get-url", url], capture_output=True, text=True, check=False)
     return proc.stdout.strip() or url if proc.returncode == 0 else url
 
 
@@ -134,7 +136,7 @@ def fetch_submodules(git_cache: Callable[[str], Path], git_dir: Path, commit: st
                     _fetch_into_new_repo(dest, real, sub.commit)
                 except FetchError as exc:
                     raise FetchError(f"submodule {sub.path} @ {sub.commit}: {exc.what}") from None
-                except Exception as exc:  # git's own message, one line
+                except git.GitCommandError as exc:  # git's own message, one line
                     msg = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
                     raise FetchError(f"submodule {sub.path} @ {sub.commit} could not be fetched from {real}: "
                                      f"{msg[-1] if msg else exc}",
@@ -155,7 +157,7 @@ def checkout_submodules(src: Path, lock: Path, git_cache: Callable[[str], Path])
         if target.exists() and not any(target.iterdir()):
             target.rmdir()  # git leaves an empty directory for an uninitialised submodule
         gdir = git_cache(sub.commit)
-        subprocess.run(["git", "--git-dir", str(gdir), "worktree", "prune"], capture_output=True)
+        subprocess.run(["git", "--git-dir", str(gdir), "worktree", "prune"], capture_output=True, check=False)
         _git(gdir, "worktree", "add", "--quiet", "--force", "--detach", str(target), sub.commit)
     return subs
 
@@ -181,7 +183,7 @@ def vendor_crates(source: Path, manifest: str, dest: Path, *, offline: bool = Fa
     tmp.mkdir(parents=True)
     log(f"cargo vendor --locked ({manifest})")
     proc = subprocess.run(["cargo", "vendor", "--locked", "--versioned-dirs", "--manifest-path", str(source / manifest),
-                           str(tmp / "vendor")], capture_output=True, text=True)
+                           str(tmp / "vendor")], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         last = proc.stderr.strip().splitlines()

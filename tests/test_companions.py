@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -64,7 +65,7 @@ def upstreams(tmp_path, monkeypatch):
 
 def test_submodules_at_their_gitlinks_recursively_then_offline(upstreams, tmp_path):
     u = upstreams
-    git_cache = lambda sha: u["cache"] / "git" / f"{sha}.git"  # noqa: E731
+    git_cache = lambda sha: u["cache"] / "git" / f"{sha}.git"
     lock = u["cache"] / "submodules" / "lock.json"
     subs = companions.fetch_submodules(git_cache, u["parent_git"], u["parent"], "https://example.invalid/parent.git",
                                        ["xrt"], lock)
@@ -87,7 +88,7 @@ def test_submodule_offline_first_time_and_unknown_path_are_one_line(upstreams, t
     u = upstreams
     (tmp_path / "empty-gitconfig").write_text("")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "empty-gitconfig"))  # no mirror rule: the real https URL
-    git_cache = lambda sha: u["cache"] / "git" / f"{sha}.git"  # noqa: E731
+    git_cache = lambda sha: u["cache"] / "git" / f"{sha}.git"
     with pytest.raises(FetchError, match=r"submodule xrt @ \w{12} is not in the cache .* --offline forbids fetching"):
         companions.fetch_submodules(git_cache, u["parent_git"], u["parent"], "u", ["xrt"], u["cache"] / "l.json", offline=True)
     with pytest.raises(FetchError, match=r"'nope' is not a submodule \(gitlinks: unused, xrt\)"):
@@ -128,7 +129,7 @@ def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch):
     assert companions.vendor_crates(src, "app/Cargo.toml", dest, offline=True) == "cache"
     proc = subprocess.run(["cargo", "build", "--release", "--locked", "--offline", "--config", str(dest / "config.toml"),
                            "--manifest-path", str(src / "app" / "Cargo.toml"), "--target-dir", str(tmp_path / "t")],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     (dest / "vendor" / "extra").write_text("x")  # a vendored tree that changed is never reused
     assert not companions.crates_ready(dest)
@@ -137,10 +138,10 @@ def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch):
 
 
 class _Hub(http.server.BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
-    hits: list[str] = []
+    files: ClassVar[dict[str, bytes]] = {}
+    hits: ClassVar[list[str]] = []
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self.hits.append(self.path)
         body = self.files.get(self.path)
         if body is None:

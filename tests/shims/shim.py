@@ -46,6 +46,7 @@ def effects(tool: str, argv: list[str]) -> None:
         build = Path(value(argv, "-B"))
         prefix = value(argv, "-DCMAKE_INSTALL_PREFIX")
         build.mkdir(parents=True, exist_ok=True)
+        (build / "CMakeCache.txt").write_text("# shim\n")
         if prefix:
             (build / "shim-prefix").write_text(prefix)
     elif tool == "cmake" and argv[:1] == ["--install"]:
@@ -60,7 +61,7 @@ def effects(tool: str, argv: list[str]) -> None:
         if "install" in argv and destdir:  # xdna-driver's `make install`: XRT plugin under the XRT prefix, .ko to /bins
             touch(Path(destdir) / "opt/xilinx/xrt/lib/libxrt_driver_xdna.so")
             touch(Path(destdir) / "bins/driver/amdxdna.ko")
-        elif (tree / "drivers").exists() or "CMakeCache.txt" in os.listdir(tree):
+        elif (tree / "CMakeCache.txt").exists():  # a CMake-generated Makefile tree: xdna-driver's module build
             touch(tree / "drivers/accel/amdxdna.ko")
         else:  # ds4: the five programs in its tree
             for p in ("ds4", "ds4-server", "ds4-bench", "ds4-eval", "ds4-agent"):
