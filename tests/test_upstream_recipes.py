@@ -202,3 +202,13 @@ def test_ds4_cuda_through_the_shims(shims, tmp_path):
                                            f"NVCC={cuda}/bin/nvcc", "CUDA_ARCH=sm_89"]]
     assert sorted(p.name for p in (prefix / "bin").iterdir()) == ["ds4", "ds4-agent", "ds4-bench", "ds4-eval", "ds4-server"]
     assert plan.step("stage:ds4-cuda").data["manifest_entry"]["devices"] == ["CUDA0"]
+
+
+def test_ds4_rocm_through_the_shims(shims, tmp_path):
+    plan, calls, prefix = shims(PROJECT, "strix", "ds4-rocm", {"Makefile": "all:\n"})
+    rocm = f"{tmp_path}/tc/ONEBIT_DS4_ROCM_TOOLCHAIN"
+    assert [c["argv"] for c in calls] == [["-C", f"{tmp_path}/work/build/ds4-rocm/tree", "-j2", "rocm",
+                                           "NATIVE_CPU_FLAG=-march=x86-64-v3", f"ROCM_PATH={rocm}", "ROCM_ARCH=gfx1151"]]
+    assert sorted(p.name for p in (prefix / "bin").iterdir()) == ["ds4", "ds4-bench", "ds4-server"]
+    entry = plan.step("stage:ds4-rocm").data["manifest_entry"]
+    assert (entry["devices"], entry["source"]["commit"]) == (["ROCm0"], "7a751eb5620113bdede014345b85152ee58f0436")
