@@ -100,13 +100,15 @@ def cmd_fetch(args) -> int:
 
     project, plan = _plan(args)
     _refuse(plan, tools=False)
-    plan.steps = [s for s in plan.steps if s.action in FETCH_ACTIONS]
+    # crates are vendored from a checkout: its source step runs too
+    plan.steps = [s for s in plan.steps if s.action in FETCH_ACTIONS
+                  or (s.action == "source" and any(c.needs == (s.id,) for c in plan.steps if c.action == "crates"))]
     report = Executor(plan, project, offline=args.offline, console=console).run()
     console.print(f"[green]fetched[/] {len(report.ran)} source(s), {len(report.cached)} already cached")
     return 0
 
 
-FETCH_ACTIONS = ("fetch", "wheels", "toolchain")
+FETCH_ACTIONS = ("fetch", "wheels", "toolchain", "submodules", "hf", "crates")
 
 
 def cmd_build(args) -> int:

@@ -14,13 +14,13 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import fetch, manifest, package, patch, stage
+from . import companions, fetch, manifest, package, patch, stage
 from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
 from .plan import clobbers
-from .plan_types import (BuildData, Command, FetchData, PackageData, Plan, SourceData, StageData, Step, ToolchainData,
-                         WheelsData)
+from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, SourceData, StageData, Step,
+                         SubmodulesData, ToolchainData, WheelsData)
 from .stage import KEY_FILE
 
 BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
@@ -61,6 +61,12 @@ class Executor:
             return (Path(d.dir) / ".complete").is_file()
         if isinstance(d, ToolchainData):
             return (Path(d.dest) / ".complete").is_file()
+        if isinstance(d, SubmodulesData):
+            return Path(d.lock).is_file()
+        if isinstance(d, CratesData):
+            return companions.crates_ready(Path(d.dir))
+        if isinstance(d, HfData):
+            return companions.hf_ready(Path(d.dir), dict(d.files))
         if isinstance(d, SourceData):
             return _holds(source_key_file(Path(d.dir)), step.key) and Path(d.dir).is_dir()
         if isinstance(d, BuildData):
@@ -162,6 +168,24 @@ class Executor:
                                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
         self.console.log(f"{d.tool}: {d.package}=={d.version} from {how}")
 
+    def _do_submodules(self, step: Step, progress, task) -> None:
+        d: SubmodulesData = step.data
+        subs = companions.fetch_submodules(self.layout.git_cache, Path(d.git_dir), d.commit, d.url, list(d.want),
+                                           Path(d.lock), offline=self.offline,
+                                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.console.log(f"submodules of {d.pin}: " + ", ".join(f"{s.path} @ {s.commit[:7]}" for s in subs))
+
+    def _do_crates(self, step: Step, progress, task) -> None:
+        d: CratesData = step.data
+        how = companions.vendor_crates(Path(d.source), d.manifest, Path(d.dir), offline=self.offline)
+        self.console.log(f"crates of {d.manifest}: {how}")
+
+    def _do_hf(self, step: Step, progress, task) -> None:
+        d: HfData = step.data
+        how = companions.fetch_hf(d.repo, d.revision, dict(d.files), Path(d.dir), where=d.where, offline=self.offline,
+                                  log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.console.log(f"{d.repo} @ {d.revision[:7]}: {how}")
+
     def _do_source(self, step: Step, progress, task) -> None:
         d: SourceData = step.data
         src = Path(d.dir)
@@ -174,6 +198,8 @@ class Executor:
             for cache_dir in {c.argv[2] for c in step.commands if c.argv[1:2] == ("--git-dir",)}:
                 subprocess.run(["git", "--git-dir", cache_dir, "worktree", "prune"], capture_output=True)
             self._run_commands(step, [c for c in step.commands if "apply" not in c.argv], progress, task)
+        if d.submodules_lock:
+            companions.checkout_submodules(src, Path(d.submodules_lock), self.layout.git_cache)
         results = patch.apply_all(src, [Path(p) for p in d.patches], where=d.where)
         for r in results:
             self.console.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")

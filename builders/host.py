@@ -86,7 +86,8 @@ def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = No
     path = shutil.which(tool.tool, path=env.get("PATH"))
     if path is None:
         return ToolFact(tool.key, tool.tool, False)
-    version = _run_version([path, "--version"]) if tool.version else None
+    # zig has no --version: `zig version` (and go, ...) is asked only when --version says nothing
+    version = (_run_version([path, "--version"]) or _run_version([path, "version"])) if tool.version else None
     return ToolFact(tool.key, path, True, version)
 
 

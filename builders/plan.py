@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from . import companion_steps
 from .config import Pin, Project, Tool, Variant
 from .host import HostFacts, ToolFact, version_ok, wheel_root
 from .kinds import KINDS, KindContext
@@ -43,6 +44,12 @@ def expand(text: str, values: Mapping[str, str], where: str = "") -> str:
         return values[name]
 
     return _PLACEHOLDER.sub(sub, text)
+
+
+def expand_test(test: dict, values: Mapping[str, str], where: str) -> dict:
+    """A recipe test with its {tool:...} placeholders expanded ({commit7}/{commit} stay for the runner)."""
+    keep = {k: "{" + k + "}" for k in ("commit", "commit7")}
+    return {**test, "run": [expand(a, {**values, **keep}, where) for a in test["run"]]}
 
 
 def tool_values(variant: Variant, facts: Mapping[str, ToolFact]) -> dict[str, str]:
@@ -116,14 +123,17 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
     extra = [(project.pins[e["pin"]], e["into"]) for e in recipe.source.get("extra", [])]
     for p in [pin] + [e for e, _ in extra]:
         steps.setdefault(f"fetch:{p.name}", _fetch_step(p, layout))
+    subs = list(recipe.source.get("submodules", []))
+    if subs:  # companion sources: the pin's submodules at their gitlinks
+        steps.setdefault(f"fetch:submodules:{pin.name}", companion_steps.submodule_step(layout, pin, subs))
     patches = recipe.patches(project.root)
     key = digest("source", pin.commit, [(p.file, project.digests.get(str(p.path))) for p in patches],
-                 [(e.name, e.commit, into) for e, into in extra])
+                 [(e.name, e.commit, into) for e, into in extra], *([sorted(subs)] if subs else []))
     # The checkout's directory is named by what it is a checkout *of* (commit, patch names, extra pins), not by the
     # patches' contents: a refreshed patch resets and re-patches the same tree, so only the files it touches get new
     # mtimes and the build after it is incremental. The key file beside it says which contents it holds.
-    series = digest([p.file for p in patches], [(e.name, e.commit, into) for e, into in extra])[:8]
-    src = layout.src(f"{pin.name}@{pin.commit[:12]}" + (f"-{series}" if patches or extra else ""))
+    series = digest([p.file for p in patches], [(e.name, e.commit, into) for e, into in extra], *([sorted(subs)] if subs else []))[:8]
+    src = layout.src(f"{pin.name}@{pin.commit[:12]}" + (f"-{series}" if patches or extra or subs else ""))
     step_id = f"source:{recipe.pin_name}@{pin.short}" + (f"+{len(patches)}p" if patches else "") + (f"+{len(extra)}x" if extra else "")
     if step_id in steps and steps[step_id].key != key:
         step_id += f"~{key[:7]}"
@@ -143,9 +153,10 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
             title=f"check out {recipe.pin_name} @ {pin.short}" + (f" and apply {len(patches)} patch(es)" if patches else ""),
             key=key,
             commands=tuple(cmds),
-            needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]),
+            needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]) + ((f"fetch:submodules:{pin.name}",) if subs else ()),
             data=SourceData(dir=str(src), pin=pin.name, commit=pin.commit, patches=tuple(str(p.path) for p in patches),
-                            extra=tuple(ExtraSource(e.name, e.commit, into) for e, into in extra), where=str(recipe.path)),
+                            extra=tuple(ExtraSource(e.name, e.commit, into) for e, into in extra), where=str(recipe.path),
+                            submodules_lock=str(companion_steps.submodules_lock(layout, pin, subs)) if subs else None),
         )
     return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin, step_id=step_id)
 
@@ -189,6 +200,15 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         "variant": variant.id,
         **tool_values(variant, host.tools),
     }
+    companions = []  # crates vendored from the checkout, Hugging Face files of the pin: {crates} and {hf}
+    if recipe.source.get("crates") and source.pin is not None:
+        sstep = next(s.id for s in steps.values() if s.action == "source" and s.key == source.key)
+        companions.append(steps.setdefault(f"fetch:crates:{recipe.name}",
+                                           companion_steps.crates_step(layout, recipe, source.key, source.dir, sstep)))
+        values["crates"] = companions[-1].data.dir
+    if recipe.source.get("huggingface") and source.pin is not None:
+        companions.append(steps.setdefault(f"fetch:hf:{source.pin.name}", companion_steps.hf_step(layout, source.pin)))
+        values["hf"] = companions[-1].data.dir
     where = str(recipe.path)
     unknown = sorted(set(overrides) - set(variant.options)) if variant.kind == "cmake" else []
     if unknown:
@@ -204,7 +224,8 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         build=str(build_dir),
         destdir=str(stage_tmp),
         prefix=install_prefix,
-        staged_prefix=str(layout.staged_prefix(variant.id, tmp=True)),
+        # where this variant's files land: its subtree of the staged prefix (kinds that copy their own install tree)
+        staged_prefix=str(layout.staged_prefix(variant.id, tmp=True)) + (f"/{variant.root}" if variant.root else ""),
         build_prefix=str(build_prefix),
         jobs=host.jobs,
         build_type=variant.build_type,
@@ -243,10 +264,12 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
             data=WheelsData(dir=str(wheels_dir), requirements=tuple(wheels), python=host.python_minor),
         ))
         needs.append(wid)
+    needs += [c.id for c in companions]
     toolchain = sorted((t.key, (host.tools.get(t.key).version if host.tools.get(t.key) else None)) for t in variant.toolchain
                        if not t.optional)
     build_key = digest("build", BUILDER_VERSION, source.key, variant.kind, options, variant.targets, env, commands,
-                       variant.build_type, toolchain, wheels_key if wheels else None, install_prefix)
+                       variant.build_type, toolchain, wheels_key if wheels else None, install_prefix,
+                       *[c.key for c in companions])
     steps[f"build:{variant.id}"] = Step(
         id=f"build:{variant.id}",
         action="build",
@@ -280,7 +303,7 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         if variant.provides_env:
             manifest_entry["env"] = dict(variant.provides_env)
     tests = tuple(RecipeTest(name=t["name"], run=tuple(t["run"]), expect=t.get("expect"), needs=t.get("needs"))
-                  for t in variant.tests)
+                  for t in (expand_test(t, values, where) for t in variant.tests))
     stage_key = digest("stage", build_key, variant.install, variant.root, variant.keep, variant.binaries, variant.links,
                        manifest_entry, [dataclasses.astuple(t) for t in tests])
     steps[f"stage:{variant.id}"] = Step(
@@ -365,6 +388,10 @@ def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layou
         if unresolved:
             for pin in unresolved:
                 plan.refusals.append(f"{variant.id}: pin {pin.name!r} is unresolved ({pin.where}): {pin.unresolved}")
+            continue
+        hf_why = companion_steps.hf_unresolved(project.pins[pins[0]]) if pins[0] and variant.recipe.source.get("huggingface") else None
+        if hf_why:
+            plan.refusals.append(f"{variant.id}: the Hugging Face files of pin {pins[0]!r} can't be fetched ({project.pins[pins[0]].where}): {hf_why}")
             continue
         plan.missing += missing_tools(variant, host.tools)
         packages.append(_variant_steps(project, variant, host, layout, bn, version, steps, apply_overrides(variant, overrides)))

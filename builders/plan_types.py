@@ -63,6 +63,34 @@ class ToolchainData:
 
 
 @dataclass(frozen=True)
+class SubmodulesData:
+    pin: str
+    commit: str
+    url: str
+    want: tuple[str, ...]
+    lock: str
+    git_dir: str
+
+
+@dataclass(frozen=True)
+class CratesData:
+    source: str
+    manifest: str
+    dir: str
+    where: str
+
+
+@dataclass(frozen=True)
+class HfData:
+    pin: str
+    repo: str
+    revision: str
+    files: tuple[tuple[str, str], ...]  # (name, sha256)
+    dir: str
+    where: str
+
+
+@dataclass(frozen=True)
 class ExtraSource:
     pin: str
     commit: str
@@ -77,6 +105,7 @@ class SourceData:
     patches: tuple[str, ...]
     extra: tuple[ExtraSource, ...]
     where: str
+    submodules_lock: str | None = None  # the pin's submodules, checked out at their gitlinks
 
 
 @dataclass(frozen=True)
@@ -149,7 +178,7 @@ class BundleData:
     to: str = ""  # publish: the out dir
 
 
-Payload = FetchData | WheelsData | ToolchainData | SourceData | BuildData | StageData | PackageData | BundleData
+Payload = FetchData | WheelsData | ToolchainData | SubmodulesData | CratesData | HfData | SourceData | BuildData | StageData | PackageData | BundleData
 
 
 @dataclass(frozen=True, eq=False)
