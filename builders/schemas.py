@@ -9,7 +9,8 @@ import jsonschema
 
 from .yamlio import Document
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+# builders/schema_files links to the project's schemas/, so a checkout and an installed wheel read the same files.
+SCHEMA_DIR = Path(__file__).resolve().parent / "schema_files"
 
 
 @lru_cache(maxsize=None)
