@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .config import Pin, Project, Tool, Variant
+from .errors import OnebitError
 from .host import HostFacts, ToolFact, version_ok
 from .kinds import KINDS, KindContext
 from .plan_types import INSTALL_PREFIX, Command, Layout, Plan, Step, digest
@@ -34,7 +35,8 @@ def expand(text: str, values: Mapping[str, str], where: str = "") -> str:
     def sub(m: re.Match) -> str:
         name = m.group(1)
         if name not in values:
-            raise KeyError(f"{where}: unknown placeholder {{{name}}}; known: {', '.join(sorted(values))}")
+            raise OnebitError(f"unknown placeholder {{{name}}}", where=where or None,
+                              hint=f"known placeholders: {', '.join(sorted(values))}")
         return values[name]
 
     return _PLACEHOLDER.sub(sub, text)

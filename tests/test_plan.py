@@ -11,6 +11,7 @@ from builders import config
 from builders.cli import main
 from builders.config import Tool
 from builders.host import HostFacts, ToolFact
+from builders.errors import OnebitError
 from builders.plan import all_tools, expand, make_plan, missing_tools
 from builders.plan_types import Layout
 
@@ -151,7 +152,7 @@ def test_unresolved_pin_refuses_its_recipe(tmp_path):
 
 
 def test_unknown_placeholder_names_the_recipe():
-    with pytest.raises(KeyError) as err:
+    with pytest.raises(OnebitError) as err:
         expand("{nope}", {"source": "/s"}, "recipes/x.yaml")
     assert "recipes/x.yaml: unknown placeholder {nope}" in str(err.value)
 
