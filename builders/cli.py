@@ -91,23 +91,32 @@ def _writable_problem(path: Path) -> str | None:
     return None
 
 
-def _locked(lay: Layout, *, out: bool = True):
-    """Refuse unwritable directories before anything is written, then hold the cache, work (and out) locks."""
-    from . import lock
+def _dirs(lay: Layout, out: bool) -> list[tuple[Path, str]]:
+    return [(lay.cache, "cache"), (lay.work, "work")] + ([(lay.out, "out")] if out else [])
 
-    dirs = [(lay.cache, "cache"), (lay.work, "work")] + ([(lay.out, "out")] if out else [])
-    for d, what in dirs:
+
+def _preflight(lay: Layout, *, out: bool = True) -> None:
+    """Refuse unwritable cache/work/out directories before anything is written."""
+    for d, what in _dirs(lay, out):
         problem = _writable_problem(d if what != "out" else d.parent)
         if problem:
             raise OnebitError(f"cannot write the {what} directory {d}: {problem}",
                               hint=f"fix its permissions or choose another with --{what}; nothing was changed")
-    return lock.hold_all(dirs, say=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
+
+
+def _locked(lay: Layout, *, out: bool = True):
+    """Hold the cache, work (and out) locks: a second run on the same directories says so and waits."""
+    from . import lock
+
+    _preflight(lay, out=out)
+    return lock.hold_all(_dirs(lay, out), say=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
 
 
 def cmd_fetch(args) -> int:
     from .execute import Executor
 
     project, plan = _plan(args)
+    _preflight(plan.layout, out=False)
     _refuse(plan, tools=False)
     plan.steps = [s for s in plan.steps if s.action in ("fetch", "wheels")]
     with _locked(plan.layout, out=False):
@@ -123,6 +132,7 @@ def cmd_build(args) -> int:
     if args.dry_run:
         print_plan(plan)
         return 1 if plan.refusals else 0
+    _preflight(plan.layout)
     _refuse(plan)
     with _locked(plan.layout):
         report = Executor(plan, project, offline=args.offline, force=args.force, console=console).run()
