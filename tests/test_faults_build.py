@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -499,3 +500,67 @@ def test_two_concurrent_builds_take_turns_and_the_cache_stays_consistent(tmp_pat
     assert leftovers == []
     stamps = list((tmp_path / "cache" / "steps").glob("*.json"))
     assert stamps and all(yaml.safe_load(s.read_text())["key"] == s.stem for s in stamps)
+
+
+# ================================================================================================ 5. excepts keep the cause
+
+
+def test_a_fetch_error_mentioning_moved_is_not_mistaken_for_a_moved_tag(tmp_path):
+    """Fatal fetch errors are chosen by type, not by words: a download cache under a directory named 'moved' used to
+    make "not in the download cache" fatal, so the next (working) mirror was never tried."""
+    mini = make_mini(tmp_path / "m")
+    spec = {"package": "hello", "version": "1.0", "sha256": "0" * 64, "git_dir": "hello-1.0/.git"}
+    pin = Pin(name="hello", url=f"file://{mini.upstream}", policy="branch", cadence="daily", license="MIT",
+              commit=mini.commit, unresolved=None, where="pins.yaml:3",
+              mirrors=(Mirror("pypi_sdist", spec), Mirror("git", f"file://{mini.upstream}")))
+    how = fetch_pin(pin, tmp_path / "cache" / "git" / "x.git", tmp_path / "moved" / "downloads", offline=True)
+    assert how == f"git file://{mini.upstream}"
+
+
+def test_install_solver_failure_names_the_cause_and_the_channel_contents(tmp_path):
+    from builders.errors import OnebitError
+    from builders.install import install_bundle
+
+    channel = tmp_path / "channel"
+    for sub in ("linux-64", "noarch"):
+        (channel / sub).mkdir(parents=True)
+        (channel / sub / "repodata.json").write_text(json.dumps({"info": {"subdir": sub}, "packages": {}, "packages.conda": {}}))
+    with pytest.raises(OnebitError) as err:
+        install_bundle(channel, tmp_path / "prefix", "nosuch", cache_dir=tmp_path / "pkgs")
+    text = str(err.value)
+    assert "cannot install onebit-bundle-nosuch" in text and "nosuch" in text.split(":", 2)[-1]
+    assert "bundles in this channel: none" in text
+
+
+def test_install_does_not_hide_a_bug_as_a_wrong_bundle_name(tmp_path, monkeypatch):
+    import rattler
+
+    from builders.install import install_bundle
+
+    async def broken(**kw):
+        raise ZeroDivisionError("a bug, not a user mistake")
+
+    monkeypatch.setattr(rattler, "solve", broken)
+    channel = tmp_path / "channel"
+    (channel / "linux-64").mkdir(parents=True)
+    (channel / "linux-64" / "repodata.json").write_text("{}")
+    with pytest.raises(ZeroDivisionError):
+        install_bundle(channel, tmp_path / "prefix", "x")
+
+
+def test_resolve_reports_a_bad_regex_and_lets_bugs_through(monkeypatch):
+    from builders.errors import OnebitError
+    from builders.pins import resolve as res
+
+    pin = Pin(name="linux", url="file:///nowhere/linux", policy="tag-pattern", cadence="weekly", license="GPL-2.0-only",
+              commit="a" * 40, unresolved=None, mirrors=(), raw={"tag_pattern": "^v(\\d+"}, where="pins.yaml:7")
+    monkeypatch.setattr(res.gitops, "tag_commits", lambda url, where=None: {"v1": "b" * 40})
+    with pytest.raises(OnebitError, match="is not a valid regular expression: missing \\)"):
+        res.resolve({"linux": pin}, "linux", github=None)
+
+    def bug(tags, pattern):
+        raise KeyError("internal")
+
+    monkeypatch.setattr(res, "newest_tag", bug)
+    with pytest.raises(KeyError):
+        res.resolve({"linux": pin}, "linux", github=None)
