@@ -31,8 +31,8 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, and deptry: an import that pyproject.toml does not declare (or a declared dependency never used) fails."""
     session.install("ruff", "deptry", "-e", ".")  # deptry maps imports to distributions through installed metadata
-    session.run("ruff", "check", "builders", "onebit", "tests", "bench", "noxfile.py")
     session.run("deptry", ".")
+    session.run("ruff", "check", "builders", "onebit", "tests", "bench", "noxfile.py")
 
 
 @nox.session(name="build-cpu", python=PYTHON)
