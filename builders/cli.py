@@ -233,7 +233,7 @@ def describe_os_error(exc: OSError) -> str:
     what = exc.strerror or str(exc) or type(exc).__name__
     paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p)
     hint = {"PermissionError": "fix the permissions of that path or choose another directory (--cache, --work, --out)",
-            "FileNotFoundError": "a file vanished while the build ran; run it again",
+            "FileNotFoundError": "that path (or program) does not exist: check it, or run again if a file vanished mid-build",
             }.get(type(exc).__name__, "check the disk and the directories given; run again when fixed")
     return f"{what}{': ' + paths if paths else ''}\n  hint: {hint}"
 
