@@ -409,6 +409,7 @@ def test_work_and_out_on_different_filesystems(tmp_path, capsys):
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []  # no staging dir left behind
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        lock.lock_path(work).unlink(missing_ok=True)
 
 
 # ================================================================================================ 6. atomic swap
