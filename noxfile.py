@@ -31,7 +31,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    """ruff, and deptry: an import that pyproject.toml does not declare (or a declared dependency never used) fails."""
+    session.install("ruff", "deptry", "-e", ".")  # deptry maps imports to distributions through installed metadata
+    session.run("deptry", ".")
     session.run("ruff", "check", "builders", "onebit", "tests", "bench", "noxfile.py")
 
 

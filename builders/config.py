@@ -312,6 +312,7 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         if name != path.stem:
             problems.append(f"{doc.where(('name',))}: recipe name {name!r} must match its file name {path.stem!r}")
         recipe = Recipe(name=name, path=path, data=doc.data, doc=doc)
+        problems.extend(schemas.prefix_path_problems(doc))  # keep/binaries/stage paths may not escape the prefix
         recipes[name] = recipe
         pin_name = recipe.pin_name
         if pin_name and pins and pin_name not in pins:

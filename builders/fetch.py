@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Callable
 
 import git
 
+from .archives import ArchiveError, check_archive_file, extract_tar
 from .config import Mirror, Pin, file_sha256
 from .errors import FetchError
 from .package import replace_dir
@@ -28,8 +28,19 @@ def _noop(_: str) -> None:
     pass
 
 
+class NotThePinnedSource(FetchError):
+    """What a mirror served is not what was pinned (a moved or deleted tag, a sha256 mismatch, an unsafe archive).
+    Fatal: the next mirror is not tried, because the pin itself needs a human."""
+
+
 def is_local(url: str) -> bool:
     return url.startswith("file://") or url.startswith("/")
+
+
+def _unique_tmp(dest: Path) -> Path:
+    """A fresh directory beside dest, named for this process and a random part, so two runs never share one."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
 
 
 def verify_commit(repo_dir: Path, commit: str) -> str | None:
@@ -60,9 +71,7 @@ def cached(dest: Path, commit: str) -> bool:
 
 def _fetch_into_new_repo(dest: Path, url: str, commit: str, *, timeout: int = 600) -> None:
     """git fetch exactly `commit` from url into a fresh bare repo at dest (atomic: written aside, renamed)."""
-    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _unique_tmp(dest)
     repo = git.Repo.init(tmp, bare=True)
     try:
         repo.git.fetch("--quiet", "--depth=1", "--no-tags", url, commit, kill_after_timeout=timeout,
@@ -92,10 +101,10 @@ def check_tag(pin: Pin, url: str) -> None:
     if at is None and url != pin.url:
         return
     if at is None:
-        raise FetchError(f"tag {pin.tag!r} no longer exists at {url}", where=pin.where,
+        raise NotThePinnedSource(f"tag {pin.tag!r} no longer exists at {url}", where=pin.where,
                          hint="the tag was deleted upstream; re-pin with `1bit-build pins bump " + pin.name + "`")
     if at != pin.commit:
-        raise FetchError(
+        raise NotThePinnedSource(
             f"tag {pin.tag!r} moved: pins.yaml says {pin.commit}, {url} now says {at}",
             where=pin.where,
             hint="someone re-tagged upstream. Review the new commit, then re-pin it "
@@ -137,7 +146,7 @@ class SdistMirror:
                 raise FetchError(f"pip download {req} gave {len(files)} files, expected one sdist")
             got = file_sha256(files[0])
             if got != self.spec["sha256"]:
-                raise FetchError(
+                raise NotThePinnedSource(
                     f"sha256 mismatch for {files[0].name}: pins.yaml expects {self.spec['sha256']}, the index served {got}",
                     hint="the file on the index is not the one pinned: do not build from it. If the pin is wrong, "
                          "fix pins.yaml's sha256 after checking the file by hand",
@@ -152,17 +161,15 @@ class SdistMirror:
         """Unpack only the vendored git dir of the sdist."""
         got = file_sha256(sdist)
         if got != self.spec["sha256"]:
-            raise FetchError(
+            raise NotThePinnedSource(
                 f"sha256 mismatch for cached {sdist.name}: expected {self.spec['sha256']}, found {got}",
                 hint=f"the download cache is corrupt; delete {sdist.parent} and fetch again",
             )
         prefix = self.spec["git_dir"].rstrip("/") + "/"
-        found = 0
-        with tarfile.open(sdist, "r|*") as tar:  # one streaming pass: a .tar.gz has no random access
-            for member in tar:
-                if member.name.startswith(prefix):
-                    tar.extract(member, into, filter="data")
-                    found += 1
+        try:  # every member is checked (no '..', absolute path or link) before any is written
+            found = extract_tar(sdist, into, select=lambda name: name.startswith(prefix))
+        except ArchiveError as exc:
+            raise NotThePinnedSource(exc.what, where=exc.where, hint=exc.hint) from None
         if not found:
             raise FetchError(f"{sdist.name} has no {self.spec['git_dir']}",
                              hint="this sdist does not carry the upstream's git objects; fix git_dir in pins.yaml")
@@ -189,9 +196,9 @@ def fetch_pin(pin: Pin, dest: Path, downloads: Path, *, offline: bool = False, l
         label = f"{i}) {mirror.describe()}"
         try:
             how = _try_mirror(pin, mirror, dest, downloads, offline=offline, log=log)
-        except FetchError as exc:
-            if "moved" in exc.what or "sha256 mismatch" in exc.what or "no longer exists" in exc.what:
-                raise
+        except NotThePinnedSource:
+            raise
+        except FetchError as exc:  # this mirror cannot serve it: try the next
             failures.append(f"{label}: {exc.what}")
             continue
         except git.GitCommandError as exc:
@@ -315,8 +322,7 @@ def fetch_wheels(requirements: list[str], dest: Path, *, offline: bool = False, 
     if offline:
         raise FetchError(f"wheels for {', '.join(requirements)} are not in the cache ({dest}) and --offline forbids downloading",
                          hint="run `1bit-build fetch BUNDLE` once with network")
-    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = _unique_tmp(dest)
     log(f"pip download {len(requirements)} requirement(s) as wheels")
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--only-binary", ":all:", "--dest", str(tmp),
                            "--disable-pip-version-check", "--quiet", *target_args(python), *requirements],
@@ -324,6 +330,12 @@ def fetch_wheels(requirements: list[str], dest: Path, *, offline: bool = False, 
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise FetchError(f"pip could not download wheels: {proc.stderr.strip()[-400:]}")
+    for wheel in sorted(tmp.glob("*.whl")):  # refuse a wheel that would write outside its install dir
+        try:
+            check_archive_file(wheel)
+        except ArchiveError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise NotThePinnedSource(exc.what, where=exc.where, hint=exc.hint) from None
     (tmp / ".complete").write_text("\n".join(sorted(requirements)))
     replace_dir(tmp, dest)
     return "downloaded"

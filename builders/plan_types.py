@@ -244,7 +244,8 @@ class Layout:
         return self.work / "packages" / key[:16]
 
     def next_out(self) -> Path:
-        return self.work / "next-out"
+        """Beside out, on its filesystem, so publishing is a rename even when work is elsewhere (no EXDEV)."""
+        return self.out.with_name(f".{self.out.name}.next")
 
 
 @dataclass

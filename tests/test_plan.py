@@ -11,6 +11,7 @@ from builders import config
 from builders.cli import main
 from builders.errors import OnebitError
 from builders.config import Tool
+from builders.errors import OnebitError
 from builders.host import HostFacts, ToolFact
 from builders.plan import all_tools, expand, make_plan, missing_tools
 from builders.plan_types import Layout
