@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from builders.kinds.vulkan_report import (
+    configure_note,
     dropped_shader_features,
     manifest_value,
     probes,
@@ -84,3 +85,9 @@ def test_probes_and_report():
 def test_manifest_value_is_sorted():
     assert manifest_value(NEWER) == ["GL_EXT_float_e2m1", "GL_EXT_float_e4m3", "GL_NV_cooperative_matrix_decode_vector"]
     assert manifest_value("") == []
+
+
+def test_configure_note_reads_only_the_configure():
+    assert configure_note(0, DEBIAN12) == report(DEBIAN12)
+    assert configure_note(1, DEBIAN12) is None  # `cmake --build` output is not a configure
+    assert configure_note(0, "-- Configuring done\n") is None

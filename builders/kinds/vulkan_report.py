@@ -79,3 +79,9 @@ def report(output: str) -> str | None:
 def manifest_value(output: str) -> list[str]:
     """The dropped extensions as the manifest records them (sorted, so the entry is stable)."""
     return sorted(f.extension for f in dropped_shader_features(output))
+
+
+def configure_note(command_index: int, output: str) -> str | None:
+    """Shaped like CMakeKind.check_output, but the message informs instead of failing: the cmake kind's
+    command 0 is the configure; any other command, or a configure without glslc probes, gives None."""
+    return report(output) if command_index == 0 else None
