@@ -109,15 +109,26 @@ class Executor:
                 progress.advance(overall)
         return self.report
 
-    def _run_commands(self, step: Step, commands, progress: Progress, task, *, checker: Callable | None = None) -> None:
+    def _run_commands(self, step: Step, commands, progress: Progress, task, *, checker: Callable | None = None,
+                      noter: Callable | None = None) -> dict:
+        """Run the commands, logging to work/logs/<step>.log; checker(i, output) may fail the step, noter(i, output)
+        may inform (a log line, and facts the manifest records). Returns the facts."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / (step.id.replace(":", "-").replace("/", "_") + ".log")
+        facts: dict = {}
         with open(log_path, "w") as log:
             for i, cmd in enumerate(commands):
                 output = self._run_one(cmd, log, progress, task, label=step.id)
                 problem = checker(i, output) if checker else None
                 if problem:
                     raise BuildError(problem, where=getattr(step.data, "where", step.id), hint=f"full log: {log_path}")
+                if noter:
+                    note, more = noter(i, output)
+                    if note:
+                        self.console.log(f"[yellow]{step.id}[/]: {note}")
+                        log.write(f"# onebit: {note}\n")
+                    facts.update(more)
+        return facts
 
     def _run_one(self, cmd: Command, log, progress: Progress, task, label: str = "") -> str:
         env = {**os.environ, **dict(cmd.env)}
@@ -218,7 +229,9 @@ class Executor:
         if not d.network_isolated:
             self.console.log(f"[yellow]network not isolated[/] for {d.variant}: this host cannot cut it (unshare --net "
                              "is unavailable or refused); the manifest records `build_network: not isolated`")
-        self._run_commands(step, step.commands, progress, task, checker=getattr(kind, "check_output", None))
+        facts = self._run_commands(step, step.commands, progress, task, checker=getattr(kind, "check_output", None),
+                                   noter=getattr(kind, "note_output", None))
+        package.write_text_atomic(build_dir / NOTES_FILE, json.dumps(facts, sort_keys=True))
         (build_dir / KEY_FILE).write_text(step.key + "\n")
 
     def _do_stage(self, step: Step, progress, task) -> None:
@@ -241,7 +254,8 @@ class Executor:
         return [s for s in self.plan.steps if s.action == "package"]
 
     def _manifest(self) -> dict:
-        entries = [(s.data.backend, s.data.manifest_entry) for s in self.plan.steps
+        """The plan's entries, plus what each build reported about itself (dropped shader features)."""
+        entries = [(s.data.backend, {**s.data.manifest_entry, **_notes(Path(s.data.build_dir))}) for s in self.plan.steps
                    if s.action == "stage" and s.data.manifest_entry]
         return manifest.make_manifest(self.plan.bundle, self.plan.version, self.plan.build_number, self.plan.platform, entries)
 
@@ -296,6 +310,16 @@ class Executor:
         src = Path(step.data.dir)
         (src / KEY_FILE).write_text(step.key + "\n")
         package.replace_dir(src, Path(step.data.to))
+
+
+NOTES_FILE = ".onebit-notes.json"  # in a build dir: what its configure reported (kinds' note_output)
+
+
+def _notes(build_dir: Path) -> dict:
+    try:
+        return json.loads((build_dir / NOTES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _holds(key_file: Path, key: str) -> bool:
