@@ -10,7 +10,6 @@ import pytest
 from builders import config
 from builders.cli import main
 from builders.errors import OnebitError
-from builders.config import Tool
 from builders.errors import OnebitError
 from builders.host import HostFacts, ToolFact
 from builders.plan import all_tools, expand, make_plan, missing_tools
