@@ -310,3 +310,21 @@ def test_list_devices_table(output, devices):
     from builders.stage import parse_list_devices
 
     assert parse_list_devices(output) == devices
+
+
+def test_a_recipe_test_that_hangs_is_one_clear_error(tmp_path):
+    from builders.plan_types import RecipeTest, StageData
+    from builders.stage import run_recipe_tests
+
+    prefix = tmp_path / "opt/onebit"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "hangs").write_text("#!/bin/sh\nsleep 30\n")
+    (prefix / "bin" / "hangs").chmod(0o755)
+    data = StageData(variant="v", package="onebit-v", stage_root="", stage_tmp="", tmp_prefix="", prefix=str(prefix),
+                     root="", keep=(), binaries={}, links={}, backend=None, manifest_entry=None, build_dir="", home="",
+                     tests=(RecipeTest(name="waits for input", run=("bin/hangs",), timeout=1),), test_values={},
+                     where="recipes/v.yaml")
+    with pytest.raises(StageError) as err:
+        run_recipe_tests(data, prefix, log=lambda m: None)
+    assert str(err.value).splitlines()[0] == ("recipes/v.yaml: recipe test 'waits for input' of v did not finish in 1 s: "
+                                              "bin/hangs")
