@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 
 from .errors import ManifestError, ServeError
+from .hosts import bind_refusal
 from .inspect import inspect_model
 from .manifest import MANIFEST_ENV, default_manifest_path, load_manifest
 from .recipes import default_recipes_path, load_recipes
@@ -41,6 +43,12 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("-m", "--model", required=True, help="model file (GGUF or 1BP package)")
     ap.add_argument("--device", default="auto", choices=DEVICES, help="backend device (default: auto)")
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--allow-remote", action="store_true",
+                    help="allow a --host that is not loopback (exposes the server to the network)")
+    ap.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                    help="proxy mode: another Host/Origin name to answer (e.g. behind a reverse proxy)")
+    ap.add_argument("--max-body", type=_size, default=None, metavar="BYTES",
+                    help="proxy mode: largest request body (e.g. 64M, 1G; default 256M)")
     ap.add_argument("--port", type=int, default=None, help="public port (default 8080)")
     ap.add_argument("-c", "--ctx-size", type=int, default=None)
     ap.add_argument("-fa", "--flash-attn", nargs="?", const="on", default=None, choices=["on", "off", "auto"])
@@ -65,6 +73,25 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: $ONEBIT_LLAMA_SERVER, the manifest, PATH)")
     ap.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
     return ap
+
+
+def _size(text: str) -> int:
+    """A byte count: 1048576, 64K, 64M, 1G (also 64MB, 64MiB)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kmg]?)(?:i?b)?\s*", text.lower())
+    if not m or int(m[1]) <= 0:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use bytes, or 64M, 1G)")
+    return int(m[1]) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m[2]]
+
+
+def _host_in_extra(extra) -> list[str]:
+    """--host values hidden in the arguments passed through to llama-server (they would override ours)."""
+    hosts = []
+    for i, a in enumerate(extra):
+        if a == "--host" and i + 1 < len(extra):
+            hosts.append(extra[i + 1])
+        elif a.startswith("--host="):
+            hosts.append(a.split("=", 1)[1])
+    return hosts
 
 
 def _load_manifest_for_serve(args, env):
@@ -102,7 +129,11 @@ def plan_from_args(argv: list[str], env=None):
         long_model=args.long_model, long_from=args.long_from, adaptive=args.adaptive,
         adaptive_at=args.adaptive_at, laya=args.laya, llama_server=args.llama_server, extra=tuple(extra),
     )
-    if args.laya:  # refuse before touching any file
+    for host in [args.host, *_host_in_extra(extra)]:  # refuse before touching any file
+        why = bind_refusal(host, args.allow_remote)
+        if why:
+            return Refusal(message=why, rule="remote-bind"), args
+    if args.laya:
         return route(None, flags, None, RouteEnv()), args
     manifest = _load_manifest_for_serve(args, env)
     facts = inspect_model(args.model)
@@ -132,7 +163,7 @@ def serve_main(argv: list[str]) -> int:
     if plan.mode == "exec":
         exec_child(plan.children[0])  # does not return
         return 1
-    return run_proxied(plan)
+    return run_proxied(plan, max_body=args.max_body, allowed_hosts=tuple(args.allowed_host))
 
 
 def _package_version() -> str:
@@ -162,6 +193,14 @@ def version_main(argv: list[str]) -> int:
     return 0
 
 
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -170,14 +209,30 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     try:
         if cmd == "serve":
-            return serve_main(rest)
-        if cmd == "version":
-            return version_main(rest)
+            rc = serve_main(rest)
+        elif cmd == "version":
+            rc = version_main(rest)
+        else:
+            rc = None
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        if rc is not None:
+            return rc
     except ServeError as e:
         print(f"1bit {cmd}: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except SystemExit:  # argparse's --help
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+        raise
+    except BrokenPipeError:
+        # `1bit serve --dry-run | head`: the reader left; say nothing more, and keep the interpreter's final
+        # flush of stdout from raising again
+        _silence_stdout()
+        return 141
     print(f"1bit: unknown command {cmd!r}\n{USAGE}", file=sys.stderr, end="")
     return 2
 
