@@ -47,6 +47,31 @@ def _field(reader, key):
         return None
 
 
+def _stamp(reader, path: Path) -> int | None:
+    """The Hadamard stamp: absent -> None; present -> its integer value, or ModelError when it cannot be read.
+
+    A damaged stamp must not read as absent: route would serve a rotated model as an unrotated one (wrong output).
+    """
+    f = reader.fields.get(HADAMARD_KEY)
+    if f is None:
+        return None
+    try:
+        v = f.contents()
+    except Exception:  # noqa: BLE001 - the gguf library raises many types on damaged fields
+        v = None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ModelError(f"{path}: the {HADAMARD_KEY} field is present but not an integer ({_describe(v)}); "
+                         "the file is damaged or was written by an unknown tool: re-convert the model")
+    return v
+
+
+def _describe(v) -> str:
+    if v is None:
+        return "unreadable"
+    text = repr(v)
+    return f"{type(v).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
 def _int_or_none(v) -> int | None:
     if v is None:
         return None
@@ -103,7 +128,7 @@ def inspect_model(path: str | os.PathLike) -> ModelFacts:
         kind="gguf",
         arch=arch,
         experts=_int_or_none(_field(reader, f"{arch}.expert_count")) or 0,
-        hadamard=_int_or_none(_field(reader, HADAMARD_KEY)),
+        hadamard=_stamp(reader, p),
         dflash_block_size=_int_or_none(_field(reader, DFLASH_BLOCK_KEY)),
         file_type=_int_or_none(_field(reader, "general.file_type")),
     )
