@@ -165,8 +165,8 @@ async def load(args) -> list[dict]:
         a = str(write_tiny_gguf(tmp / "a.gguf"))
         b = b or str(write_tiny_gguf(tmp / "b.gguf", seed=1))
     port = free_port()
-    one = prefix / "bin" / "1bit"
-    cmd = [str(one)] if one.exists() else [sys.executable, "-m", "onebit.cli"]
+    # --installed: the prefix's own bin/1bit (its onebit); else this checkout's onebit, side by side
+    cmd = [str(prefix / "bin" / "1bit")] if args.installed else [sys.executable, "-m", "onebit.cli"]
     cmd += ["serve", "-m", a, "--long-model", b, "--long-from", str(args.long_from), "--port", str(port),
             "-c", str(args.ctx), "-np", str(args.parallel)]
     env = dict(os.environ, ONEBIT_MANIFEST=str(prefix / "share" / "onebit" / "manifest.json"))
@@ -211,6 +211,7 @@ def main() -> int:
     ld.add_argument("--ctx", type=int, default=4096)
     ld.add_argument("--parallel", type=int, default=4)
     ld.add_argument("--timeout", type=float, default=600)
+    ld.add_argument("--installed", action="store_true", help="run the prefix's bin/1bit instead of this checkout's")
     args = ap.parse_args()
     if args.cmd == "uploads":
         print(json.dumps(asyncio.run(uploads(args))))
