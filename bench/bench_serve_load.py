@@ -23,7 +23,6 @@ import collections
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -111,12 +110,12 @@ async def _upload(url: str, size: int) -> tuple[int, str]:
 
 async def uploads(args) -> dict:
     sink_port, proxy_port = free_port(), free_port()
-    sink = subprocess.Popen([sys.executable, __file__, "_sink", str(sink_port)])
+    sink = await asyncio.create_subprocess_exec(sys.executable, __file__, "_sink", str(sink_port))
     cmd = [sys.executable, "-m", "onebit.proxy", "--port", str(proxy_port), "--alias", "pub",
            "--upstream", f"default=http://127.0.0.1:{sink_port}"]
     if args.max_body:
         cmd += ["--max-body", str(args.max_body)]
-    proxy = subprocess.Popen(cmd, cwd=REPO)
+    proxy = await asyncio.create_subprocess_exec(*cmd, cwd=REPO)
     url = f"http://127.0.0.1:{proxy_port}"
     try:
         await wait_ready(url)
@@ -139,7 +138,7 @@ async def uploads(args) -> dict:
         statuses = collections.Counter(f"{st} {txt[:60]}" for st, txt in results)
         t1 = time.monotonic()
         proxy.terminate()
-        proxy.wait(120)
+        await asyncio.wait_for(proxy.wait(), 120)
         return {"proxy_exit_s": round(time.monotonic() - t1, 1),"uploads": args.n, "mb_each": args.mb, "max_body": args.max_body or "default",
                 "proxy_rss_baseline_mib": round(base / 1024, 1),
                 "proxy_rss_peak_sampled_mib": round(max(samples) / 1024, 1),
@@ -147,9 +146,9 @@ async def uploads(args) -> dict:
                 "statuses": dict(statuses)}
     finally:
         for p in (proxy, sink):
-            if p.poll() is None:
+            if p.returncode is None:
                 p.terminate()
-                p.wait(30)
+                await asyncio.wait_for(p.wait(), 30)
 
 
 # --- mixed load on real children ---------------------------------------------------------------------------------------
@@ -170,8 +169,8 @@ async def load(args) -> list[dict]:
     cmd += ["serve", "-m", a, "--long-model", b, "--long-from", str(args.long_from), "--port", str(port),
             "-c", str(args.ctx), "-np", str(args.parallel)]
     env = dict(os.environ, ONEBIT_MANIFEST=str(prefix / "share" / "onebit" / "manifest.json"))
-    serve = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "serve.log", "w"),
-                             cwd=REPO)
+    serve = await asyncio.create_subprocess_exec(*cmd, env=env, stdout=asyncio.subprocess.DEVNULL,
+                                                 stderr=asyncio.subprocess.DEVNULL, cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     out = []
     try:
@@ -186,7 +185,7 @@ async def load(args) -> list[dict]:
             print(json.dumps(s), flush=True)
     finally:
         serve.terminate()
-        serve.wait(30)
+        await asyncio.wait_for(serve.wait(), 60)
     return out
 
 
