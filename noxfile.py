@@ -1,4 +1,4 @@
-"""Sessions: tests, lint, build-cpu, build-vulkan, build-strix, build-nvidia, plan, bump-pins, release.
+"""Sessions: tests, lint, fuzz, build-cpu, build-vulkan, build-strix, build-nvidia, plan, bump-pins, release.
 
     nox -s build-cpu        # build the CPU bundle, install it, serve a completion from it
     nox -s tests            # the test suite (includes a real end-to-end build of the CPU bundle)
@@ -27,6 +27,14 @@ def tests(session: nox.Session) -> None:
     """Run the test suite. Extra arguments go to pytest (e.g. `nox -s tests -- -m "not e2e"`)."""
     session.install(*DEPS)
     session.run("pytest", *(session.posargs or ["-q", "-ra"]))
+
+
+@nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """Fuzz the GGUF inspector with 100,000 mutated files (the test suite runs 2,000): `nox -s fuzz`."""
+    session.install(*DEPS)
+    session.run("pytest", "-q", "-s", "tests/test_fuzz_gguf.py", *session.posargs,
+                env={"ONEBIT_FUZZ_N": os.environ.get("ONEBIT_FUZZ_N", "100000")})
 
 
 @nox.session(python=PYTHON)

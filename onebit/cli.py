@@ -6,10 +6,12 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shutil
 import sys
 
 from .errors import ManifestError, ServeError
+from .hosts import bind_refusal
 from .inspect import inspect_model
 from .laya import ALL_CLASSES, default_model_dir, load_policy
 from .manifest import MANIFEST_ENV, default_manifest_path, load_manifest
@@ -45,6 +47,12 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("-m", "--model", required=True, help="model file (GGUF or 1BP package)")
     ap.add_argument("--device", default="auto", choices=DEVICES, help="backend device (default: auto)")
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--allow-remote", action="store_true",
+                    help="allow a --host that is not loopback (exposes the server to the network)")
+    ap.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                    help="proxy mode: another Host/Origin name to answer (e.g. behind a reverse proxy)")
+    ap.add_argument("--max-body", type=_size, default=None, metavar="BYTES",
+                    help="proxy mode: largest request body (e.g. 64M, 1G; default 256M)")
     ap.add_argument("--port", type=int, default=None, help="public port (default 8080)")
     ap.add_argument("-c", "--ctx-size", type=int, default=None)
     ap.add_argument("-fa", "--flash-attn", nargs="?", const="on", default=None, choices=["on", "off", "auto"])
@@ -71,6 +79,25 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: $ONEBIT_LLAMA_SERVER, the manifest, PATH)")
     ap.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
     return ap
+
+
+def _size(text: str) -> int:
+    """A byte count: 1048576, 64K, 64M, 1G (also 64MB, 64MiB)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kmg]?)(?:i?b)?\s*", text.lower())
+    if not m or int(m[1]) <= 0:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use bytes, or 64M, 1G)")
+    return int(m[1]) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m[2]]
+
+
+def _host_in_extra(extra) -> list[str]:
+    """--host values hidden in the arguments passed through to llama-server (they would override ours)."""
+    hosts = []
+    for i, a in enumerate(extra):
+        if a == "--host" and i + 1 < len(extra):
+            hosts.append(extra[i + 1])
+        elif a.startswith("--host="):
+            hosts.append(a.split("=", 1)[1])
+    return hosts
 
 
 def _load_manifest_for_serve(args, env):
@@ -109,6 +136,10 @@ def plan_from_args(argv: list[str], env=None):
         adaptive_at=args.adaptive_at, laya=bool(args.laya or args.laya_model), laya_model=args.laya_model,
         route_policy=args.route_policy, llama_server=args.llama_server, extra=tuple(extra),
     )
+    for host in [args.host, *_host_in_extra(extra)]:  # refuse before touching any file
+        why = bind_refusal(host, args.allow_remote)
+        if why:
+            return Refusal(message=why, rule="remote-bind"), args
     refused = laya_refusal(flags, None)
     if refused is not None:  # refuse before touching any file
         return refused, args
@@ -150,7 +181,8 @@ def serve_main(argv: list[str]) -> int:
     if plan.mode == "exec":
         exec_child(plan.children[0])  # does not return
         return 1
-    return run_proxied(plan, laya=_laya_router(plan, args) if plan.proxy.laya is not None else None)
+    return run_proxied(plan, laya=_laya_router(plan, args) if plan.proxy.laya is not None else None,
+                       max_body=args.max_body, allowed_hosts=tuple(args.allowed_host))
 
 
 def _laya_router(plan, args):
@@ -233,6 +265,14 @@ def version_main(argv: list[str]) -> int:
     return 0
 
 
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -241,18 +281,34 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     try:
         if cmd == "serve":
-            return serve_main(rest)
-        if cmd == "version":
-            return version_main(rest)
-        if cmd == "route":
-            return route_main(rest)
-        if cmd == "check":
-            return check_main(rest)
+            rc = serve_main(rest)
+        elif cmd == "version":
+            rc = version_main(rest)
+        elif cmd == "route":
+            rc = route_main(rest)
+        elif cmd == "check":
+            rc = check_main(rest)
+        else:
+            rc = None
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        if rc is not None:
+            return rc
     except ServeError as e:
         print(f"1bit {cmd}: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except SystemExit:  # argparse's --help
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+        raise
+    except BrokenPipeError:
+        # `1bit serve --dry-run | head`: the reader left; say nothing more, and keep the interpreter's final
+        # flush of stdout from raising again
+        _silence_stdout()
+        return 141
     print(f"1bit: unknown command {cmd!r}\n{USAGE}", file=sys.stderr, end="")
     return 2
 

@@ -78,7 +78,7 @@ def spawn(child: Child) -> subprocess.Popen:
     )
 
 
-def run_proxied(plan: LaunchPlan, laya=None) -> int:
+def run_proxied(plan: LaunchPlan, laya=None, *, max_body: int | None = None, allowed_hosts: tuple[str, ...] = ()) -> int:
     """Start every child, serve the proxy until a signal or until a child exits; stop the children."""
     assert plan.proxy is not None
     procs: list[subprocess.Popen] = []
@@ -87,7 +87,8 @@ def run_proxied(plan: LaunchPlan, laya=None) -> int:
             procs.append(spawn(c))
         ups = [Upstream(role=c.role, url=f"http://{c.host}:{c.port}", slots=c.slots) for c in plan.children]
         proxy = Proxy(ups, policy=plan.proxy.policy, alias=plan.proxy.alias, long_from=plan.proxy.long_from,
-                      public_host=plan.proxy.host, laya=laya)
+                      public_host=plan.proxy.host, laya=laya, allowed_hosts=allowed_hosts,
+                      **({"max_body": max_body} if max_body else {}))
         return asyncio.run(_main(proxy, plan, procs))
     finally:
         for p in procs:

@@ -4,7 +4,14 @@
 - /v1/*, /tokenize, /detokenize, /slots, /props, /metrics (and llama-server's native /completion, /embedding,
   /rerank, /infill, /apply-template) are relayed; SSE is streamed chunk by chunk, never buffered.
 - A JSON body's "model" is rewritten to the alias the children serve under.
-- A non-loopback Host or a foreign Origin gets 403 (DNS-rebinding / browser cross-origin guard).
+- A Host or Origin the proxy does not answer to gets 403 (DNS-rebinding / browser cross-origin guard); which names
+  it answers to is defined in onebit/hosts.py.
+- Request bodies are streamed to the child, up to max_body (413 above it). Only a body the proxy must read (to rewrite
+  "model", or to route by prompt length) is read first, and only up to inspect_limit; a larger one is streamed as is
+  (and routed as long).
+- Every upstream call (tokenize, relay, streaming) survives a pooled keep-alive connection the child has closed: pooled
+  connections idle for less than the child's keep-alive timeout, and a call that failed before any reply byte is
+  retried once on a fresh connection when its body can be sent again.
 - Every reply carries X-1bit-Route: the role of the child that answered, or "proxy" for the proxy's own replies.
 
 Routing policies are pure functions (choose_long, choose_adaptive); the proxy only wires them to the network.
@@ -13,14 +20,24 @@ Routing policies are pure functions (choose_long, choose_adaptive); the proxy on
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
+import socket
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Sequence
-from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
+
+from .hosts import (
+    host_allowed,
+    is_loopback_name,
+    normalize_name,
+    origin_allowed,
+    static_allowed_names,
+)
+
+__all__ = ["Proxy", "Upstream", "choose_adaptive", "choose_long", "host_allowed", "origin_allowed", "prompt_text",
+           "serve_forever", "token_upper_bound"]
 
 ROUTE_HEADER = "X-1bit-Route"
 RELAY_EXACT = {
@@ -37,6 +54,14 @@ HOP_BY_HOP = {
 }
 # tokens <= UTF-8 bytes of the text (every BPE/SPM token covers at least one byte), plus template/special tokens
 PER_MESSAGE_ALLOWANCE = 8
+MAX_BODY = 256 * 1024**2  # largest request body relayed (--max-body)
+INSPECT_LIMIT = 16 * 1024**2  # largest body read whole to rewrite "model" / route by prompt length
+# llama-server (cpp-httplib) closes a keep-alive connection after 5 s idle; reusing one it is closing fails with
+# "Server disconnected" / "Can not write request body". Pooled connections are dropped well before that.
+KEEPALIVE_S = 2.0
+CONNECTION_LIMIT = 256  # connections to all children together; more requests wait in the proxy
+# a connection that failed before any reply byte: the child closed it (or was not there); safe to send again
+RETRYABLE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientConnectionResetError)
 
 
 @dataclass
@@ -87,40 +112,11 @@ def token_upper_bound(text: str, n_messages: int) -> int:
     return len(text.encode("utf-8")) + PER_MESSAGE_ALLOWANCE * max(n_messages, 1) + 2
 
 
-# --- host / origin guard -------------------------------------------------------------------------------------------
-
-
-def _is_loopback_name(host: str) -> bool:
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def host_allowed(host_header: str | None, extra: frozenset[str] = frozenset()) -> bool:
-    if not host_header:
-        return False
-    h = host_header.strip()
-    if h.startswith("["):
-        name = h[: h.find("]") + 1] if "]" in h else h
-    else:
-        name = h.rsplit(":", 1)[0] if h.count(":") == 1 else h
-    return _is_loopback_name(name) or name.strip("[]").lower() in extra
-
-
-def origin_allowed(origin: str | None, extra: frozenset[str] = frozenset()) -> bool:
-    if origin is None:
-        return True  # not a browser cross-origin request
-    u = urlsplit(origin)
-    if u.scheme not in ("http", "https") or not u.hostname:
-        return False  # includes "null"
-    return _is_loopback_name(u.hostname) or u.hostname.lower() in extra
-
-
 # --- the proxy -----------------------------------------------------------------------------------------------------
+
+
+class BodyTooLarge(Exception):
+    pass
 
 
 class Proxy:
@@ -132,8 +128,13 @@ class Proxy:
         alias: str | None = None,
         long_from: int | None = None,
         public_host: str = "127.0.0.1",
+        allowed_hosts: Sequence[str] = (),
         health_interval: float = 0.1,
         laya=None,  # onebit.laya.Router: picks the child per conversation (policy "laya")
+        max_body: int = MAX_BODY,
+        inspect_limit: int = INSPECT_LIMIT,
+        connection_limit: int = CONNECTION_LIMIT,
+        keepalive_s: float = KEEPALIVE_S,
     ) -> None:
         self.laya = laya
         self.upstreams = list(upstreams)
@@ -143,11 +144,14 @@ class Proxy:
         self.long_from = long_from
         self.lock = asyncio.Lock()
         self.health_interval = health_interval
-        extra = set()
-        if public_host and public_host not in ("0.0.0.0", "::", ""):
-            extra.add(public_host.lower())
-        self.extra_hosts = frozenset(extra)
-        self.session: aiohttp.ClientSession | None = None
+        self.max_body = max_body
+        self.inspect_limit = min(inspect_limit, max_body)
+        self.connection_limit = connection_limit
+        self.keepalive_s = keepalive_s
+        machine = () if is_loopback_name(public_host or "0.0.0.0") else _machine_names()
+        self.allowed_names = static_allowed_names(public_host, machine, allowed_hosts)
+        self.session: aiohttp.ClientSession | None = None  # pooled keep-alive connections
+        self.fresh: aiohttp.ClientSession | None = None  # one new connection per request (retries, big bodies)
         self._health_task: asyncio.Task | None = None
 
     @property
@@ -155,27 +159,35 @@ class Proxy:
         return all(u.ready for u in self.upstreams)
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._guard], client_max_size=1024**3)
+        # bodies are streamed (request.content), never read through client_max_size; it only bounds stray reads
+        app = web.Application(middlewares=[self._guard], client_max_size=self.inspect_limit + 1)
         app.router.add_get("/health", self._health)
         app.router.add_route("*", "/{tail:.*}", self._relay)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app
 
-    async def _startup(self, app) -> None:
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+    def _session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
         )
+
+    async def _startup(self, app) -> None:
+        self.session = self._session(aiohttp.TCPConnector(
+            limit=self.connection_limit, ttl_dns_cache=None, keepalive_timeout=self.keepalive_s))
+        self.fresh = self._session(aiohttp.TCPConnector(limit=self.connection_limit, ttl_dns_cache=None,
+                                                        force_close=True))
         self._health_task = asyncio.create_task(self._watch_health())
 
     async def _cleanup(self, app) -> None:
         if self._health_task:
             self._health_task.cancel()
-        if self.session:
-            await self.session.close()
+        for s in (self.session, self.fresh):
+            if s:
+                await s.close()
 
     async def _watch_health(self) -> None:
         while not self.ready:
@@ -183,20 +195,29 @@ class Proxy:
                 if u.ready:
                     continue
                 try:
-                    async with self.session.get(u.url + "/health", timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    async with self.fresh.get(u.url + "/health", timeout=aiohttp.ClientTimeout(total=2)) as r:
                         u.ready = r.status == 200
-                except (aiohttp.ClientError, asyncio.TimeoutError):
+                except (TimeoutError, aiohttp.ClientError):
                     pass
             if not self.ready:
                 await asyncio.sleep(self.health_interval)
 
+    def _names_for(self, request: web.Request) -> frozenset[str]:
+        """The allowed names plus the local address this connection arrived on (see onebit/hosts.py)."""
+        transport = request.transport
+        sock = transport.get_extra_info("sockname") if transport is not None else None
+        if isinstance(sock, tuple) and sock and isinstance(sock[0], str):
+            return self.allowed_names | {normalize_name(sock[0])}
+        return self.allowed_names
+
     @web.middleware
     async def _guard(self, request: web.Request, handler):
-        if not host_allowed(request.headers.get("Host"), self.extra_hosts) or not origin_allowed(
-            request.headers.get("Origin"), self.extra_hosts
+        names = self._names_for(request)
+        if not host_allowed(request.headers.get("Host"), names) or not origin_allowed(
+            request.headers.get("Origin"), names
         ):
-            resp = web.json_response({"error": {"code": 403, "message": "forbidden: non-loopback Host or foreign Origin"}},
-                                     status=403)
+            resp = web.json_response({"error": {"code": 403, "message": "forbidden: Host or Origin not allowed "
+                                                "(see --allowed-host)"}}, status=403)
         else:
             try:
                 resp = await handler(request)
@@ -218,13 +239,25 @@ class Proxy:
 
     async def _count_tokens(self, text: str) -> int:
         # Exact count from the default child's tokenizer; only called when the cheap upper bound reaches the threshold.
+        # Tokenize is idempotent: a stale pooled connection is retried on fresh ones.
         u = self.by_role["default"]
-        async with self.session.post(u.url + "/tokenize", json={"content": text}) as r:
-            data = await r.json()
-        return len(data.get("tokens", []))
+        err: Exception | None = None
+        for session in (self.session, self.fresh, self.fresh):
+            try:
+                async with session.post(u.url + "/tokenize", json={"content": text}) as r:
+                    if r.status != 200:
+                        raise aiohttp.ClientResponseError(r.request_info, r.history, status=r.status,
+                                                          message=f"{u.role} backend answered {r.status}")
+                    data = await r.json(content_type=None)
+                return len(data.get("tokens", []))
+            except RETRYABLE as e:
+                err = e
+        raise err
 
-    async def _pick(self, path: str, body: dict | None) -> tuple[Upstream, bool]:
+    async def _pick(self, path: str, body: dict | None, oversized: bool = False) -> tuple[Upstream, bool]:
         """Choose the child for a request; returns (upstream, reserved)."""
+        if self.policy == "long" and path in GENERATION and oversized:
+            return self.by_role["long"], False  # a body over inspect_limit is long by any count
         if self.policy == "long" and body is not None and path in GENERATION:
             text, n = prompt_text(path, body)
             if n < 0:
@@ -242,59 +275,109 @@ class Proxy:
             return u, True
         return self.upstreams[0], False
 
+    def _too_large(self, what: str) -> web.Response:
+        mib = self.max_body / 1024**2
+        return web.json_response({"error": {"code": 413, "message": f"request body {what} is over the proxy's "
+                                            f"limit of {mib:g} MiB (1bit serve --max-body)"}}, status=413)
+
     async def _relay(self, request: web.Request) -> web.StreamResponse:
         path = request.path
         if not self._relayable(path):
             return web.json_response({"error": {"code": 404, "message": f"not found: {path}"}}, status=404)
         if not self.ready:
             return web.json_response({"error": {"code": 503, "message": "Loading model"}}, status=503)
+        declared = request.content_length
+        if declared is not None and declared > self.max_body:
+            return self._too_large(f"of {declared} bytes")
 
-        raw = await request.read()
-        body = None
-        if raw and (request.content_type == "application/json" or raw[:1] == b"{"):
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                body = None
-            if isinstance(body, dict):
-                if self.alias and "model" in body:
-                    body["model"] = self.alias
-                    raw = json.dumps(body).encode()
-            else:
-                body = None
+        # Read the body only when the proxy needs it (alias rewrite, routing by prompt), and only up to inspect_limit.
+        needs_body = bool(self.alias or (self.policy in ("long", "laya") and path in GENERATION)
+                          or (self.laya is not None and path in GENERATION))
+        prefix, complete = b"", not request.body_exists
+        if request.body_exists and needs_body and not request.content_type.startswith("multipart/") and (
+                declared is None or declared <= self.inspect_limit):
+            prefix, complete = await _read_upto(request.content, self.inspect_limit)
+        if complete and len(prefix) > self.max_body:
+            return self._too_large(f"of {len(prefix)} bytes")
+
+        raw, body = None, None
+        if complete:
+            raw = prefix
+            if raw and (request.content_type == "application/json" or raw[:1] == b"{"):
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = None
+                if isinstance(body, dict):
+                    if self.alias and "model" in body:
+                        body["model"] = self.alias
+                        raw = json.dumps(body).encode()
+                else:
+                    body = None
 
         try:
-            decision = await self.laya.pick(body) if self.laya is not None and path in GENERATION else None
+            decision = (await self.laya.pick(body)
+                        if self.laya is not None and path in GENERATION and isinstance(body, dict) else None)
             if decision is not None:  # Laya: the conversation's child, and `<class> <confidence> <device>` for the header
                 request["onebit_route"] = decision.header()
                 up, reserved = self.by_role[decision.device], False
             else:
-                up, reserved = await self._pick(path, body)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                up, reserved = await self._pick(path, body, oversized=not complete and needs_body)
+        except (TimeoutError, aiohttp.ClientError) as e:
             return web.json_response({"error": {"code": 502, "message": f"upstream tokenize failed: {e}"}}, status=502)
         try:
-            return await self._forward(request, up, raw)
+            if complete:
+                return await self._forward(request, up, raw)
+            return await self._forward_stream(request, up, prefix)
         finally:
             if reserved:
                 async with self.lock:
                     up.inflight -= 1
 
+    def _headers(self, request: web.Request) -> dict[str, str]:
+        return {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+
     async def _forward(self, request: web.Request, up: Upstream, raw: bytes) -> web.StreamResponse:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        """A body the proxy holds: a pooled connection first; if that one was stale, once more on a fresh one."""
+        headers = self._headers(request)
         url = up.url + request.rel_url.path_qs
-        # A pooled keep-alive connection the child has just closed fails before any response byte; the body is
-        # buffered, so one retry on a fresh connection is safe and invisible to the client.
-        for attempt in (1, 2):
+        for session in (self.session, self.fresh):
             try:
-                return await self._forward_once(request, up, url, headers, raw)
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-                if attempt == 2 or request.get("onebit_prepared", False):
+                return await self._forward_once(request, up, url, headers, raw or None, session)
+            except RETRYABLE as e:
+                if session is self.fresh or request.get("onebit_prepared", False):
                     return _bad_gateway(up, e)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            except (TimeoutError, aiohttp.ClientError) as e:
                 return _bad_gateway(up, e)
 
-    async def _forward_once(self, request, up, url, headers, raw) -> web.StreamResponse:
-        async with self.session.request(request.method, url, data=raw or None, headers=headers) as r:
+    async def _forward_stream(self, request: web.Request, up: Upstream, prefix: bytes) -> web.StreamResponse:
+        """A body streamed from the client to the child as it arrives, on a fresh connection (it cannot be re-sent)."""
+        headers = self._headers(request)
+        if request.content_length is not None:
+            headers["Content-Length"] = str(request.content_length)
+        url = up.url + request.rel_url.path_qs
+        state = {"over": False}
+        body = self._body_stream(prefix, request.content, state) if request.body_exists else None
+        try:
+            return await self._forward_once(request, up, url, headers, body, self.fresh)
+        except (TimeoutError, aiohttp.ClientError) as e:
+            if state["over"]:
+                return self._too_large("(chunked)")
+            return _bad_gateway(up, e)
+
+    async def _body_stream(self, prefix: bytes, content: aiohttp.StreamReader, state: dict) -> AsyncIterator[bytes]:
+        sent = len(prefix)
+        if prefix:
+            yield prefix
+        async for chunk in content.iter_any():
+            sent += len(chunk)
+            if sent > self.max_body:
+                state["over"] = True
+                raise BodyTooLarge(sent)
+            yield chunk
+
+    async def _forward_once(self, request, up, url, headers, data, session) -> web.StreamResponse:
+        async with session.request(request.method, url, data=data, headers=headers) as r:
             out_headers = {k: v for k, v in r.headers.items() if k.lower() not in HOP_BY_HOP}
             out_headers[ROUTE_HEADER] = request.get("onebit_route", up.role)
             if r.headers.get("Content-Length") is not None and "text/event-stream" not in r.content_type:
@@ -306,15 +389,33 @@ class Proxy:
             try:
                 async for chunk in r.content.iter_any():  # each chunk goes out as it arrives: no buffering
                     await resp.write(chunk)
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 pass  # headers are out: all we can do is end the stream; the client sees it cut short
             await resp.write_eof()
             return resp
 
 
+async def _read_upto(content: aiohttp.StreamReader, limit: int) -> tuple[bytes, bool]:
+    """Read until EOF or until more than `limit` bytes are in hand: (bytes read, reached EOF)."""
+    buf = bytearray()
+    while True:
+        chunk = await content.readany()
+        if not chunk:
+            return bytes(buf), True
+        buf += chunk
+        if len(buf) > limit:
+            return bytes(buf), False
+
+
+def _machine_names() -> tuple[str, ...]:
+    name = socket.gethostname()
+    return (name, f"{name}.local") if name else ()
+
+
 def _bad_gateway(up: Upstream, e: Exception) -> web.Response:
-    return web.json_response({"error": {"code": 502, "message": f"{up.role} backend: {e}"}}, status=502,
-                             headers={ROUTE_HEADER: up.role})
+    # the proxy's own reply (X-1bit-Route: proxy); the message names the child it could not reach
+    reason = str(e) or type(e).__name__
+    return web.json_response({"error": {"code": 502, "message": f"{up.role} backend: {reason}"}}, status=502)
 
 
 async def serve_forever(proxy: Proxy, host: str, port: int, stop: asyncio.Event) -> None:
@@ -339,9 +440,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="single", choices=["single", "long", "adaptive"])
     ap.add_argument("--alias")
     ap.add_argument("--long-from", type=int, default=2048)
+    ap.add_argument("--max-body", type=int, default=MAX_BODY, metavar="BYTES")
+    ap.add_argument("--allowed-host", action="append", default=[], metavar="NAME")
     a = ap.parse_args(argv)
     ups = [Upstream(role=s.split("=", 1)[0], url=s.split("=", 1)[1]) for s in a.upstream]
-    proxy = Proxy(ups, policy=a.policy, alias=a.alias, long_from=a.long_from, public_host=a.host)
+    proxy = Proxy(ups, policy=a.policy, alias=a.alias, long_from=a.long_from, public_host=a.host,
+                  max_body=a.max_body, allowed_hosts=a.allowed_host)
 
     async def run() -> None:
         stop = asyncio.Event()

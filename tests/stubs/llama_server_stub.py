@@ -13,6 +13,11 @@ Environment:
                        ("Available devices:" then "  <name>: <description>"); `--check` prints them as zinc's Vulkan
                        enumeration does ("GPU <i>: <name> | VRAM ..." on stderr, for names ending in <i>)
 It also reads zinc's port spelling (-p).
+  ONEBIT_STUB_KEEPALIVE_MAX N: a keep-alive connection serves N requests; the next request that arrives on it is
+                      not answered, the connection is closed (a server closing an idle connection just as the
+                      client reuses it: what a pooled client must survive)
+  ONEBIT_STUB_FAIL    a text: a generation request whose body contains it is answered 500 with the stub's own
+                      error (to check the proxy relays children's errors unchanged)
 """
 
 import json
@@ -60,12 +65,24 @@ def main():
     health_delay = float(os.environ.get("ONEBIT_STUB_HEALTH_DELAY", "0"))
     chunks = int(os.environ.get("ONEBIT_STUB_CHUNKS", "3"))
     delay = float(os.environ.get("ONEBIT_STUB_DELAY", "0"))
+    keepalive_max = int(os.environ.get("ONEBIT_STUB_KEEPALIVE_MAX", "0"))
+    fail = os.environ.get("ONEBIT_STUB_FAIL", "").encode()
 
     class H(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        served = 0
+
         def log_message(self, *a):
             pass
+
+        def _drop(self) -> bool:
+            """Past ONEBIT_STUB_KEEPALIVE_MAX on this connection: close it without an answer."""
+            self.served += 1
+            if keepalive_max and self.served > keepalive_max:
+                self.close_connection = True
+                return True
+            return False
 
         def _json(self, code, obj):
             data = json.dumps(obj).encode()
@@ -76,6 +93,8 @@ def main():
             self.wfile.write(data)
 
         def do_GET(self):
+            if self._drop():
+                return
             if self.path == "/health":
                 if time.monotonic() - started < health_delay:
                     return self._json(503, {"error": {"code": 503, "message": "Loading model"}})
@@ -87,10 +106,16 @@ def main():
             return self._json(404, {"error": "not found"})
 
         def do_POST(self):
+            if self._drop():
+                return
             n = int(self.headers.get("Content-Length", "0"))
-            body = json.loads(self.rfile.read(n) or b"{}")
+            raw = self.rfile.read(n)
+            body = json.loads(raw or b"{}")
             if self.path == "/tokenize":
                 return self._json(200, {"tokens": list(body.get("content", "").encode())})
+            if fail and fail in raw:
+                return self._json(500, {"error": {"code": 500, "message": f"stub failure on port {port}",
+                                                  "type": "server_error"}})
             if body.get("stream"):
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
