@@ -33,7 +33,7 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from load_client import run_load, summary
+from load_client import run_load, summary  # noqa: E402
 
 
 def free_port() -> int:

@@ -28,7 +28,7 @@ CPU_ROOT = Path("libexec/onebit/cpu")
 def test_fetched_through_the_sdist_mirror_and_patched(cpu_bundle):
     assert "fetch:llama.cpp" in cpu_bundle.report.ran and "build:cpu" in cpu_bundle.report.ran
     assert any(p.name.startswith("llama_cpp_python-0.3.36") for p in (cpu_bundle.layout.cache / "downloads").rglob("*.tar.gz"))
-    src = Path(cpu_bundle.plan.step("source:llama.cpp@0c1e570+1p").data.dir)
+    src = Path(cpu_bundle.plan.step("source:llama.cpp@0c1e570+2p").data.dir)
     head = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     assert head == PINNED
     # our patch is in the tree that was built
@@ -59,7 +59,8 @@ def test_manifest_is_the_contract(cpu_bundle_prefix):
     jsonschema.validate(doc, schema("manifest"))
     cpu = doc["backends"]["cpu"]
     assert cpu["source"]["commit"] == PINNED
-    assert cpu["source"]["patches"] == ["0001-ggml-find-backends-in-exe-lib.patch"]
+    assert cpu["source"]["patches"] == ["0001-ggml-find-backends-in-exe-lib.patch",
+                                        "0002-ggml-vulkan-build-without-vk-ext-layer-settings.patch"]
     assert cpu["devices"] == ["CPU"] and (cpu_bundle_prefix / cpu["binaries"]["llama-server"]).is_file()
     assert cpu["root"] == str(CPU_ROOT) and cpu["binaries"]["llama-server"] == f"{CPU_ROOT}/bin/llama-server"
     assert cpu["adapter"] == "llama-server" and cpu["build_string"] == "default_h0c1e570_0"
