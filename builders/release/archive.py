@@ -6,8 +6,8 @@ import io
 import lzma
 import os
 import tarfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import zstandard
 

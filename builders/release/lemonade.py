@@ -13,9 +13,9 @@ import os
 import re
 import shutil
 import tarfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Mapping
 
 from ..errors import OnebitError
 from .archive import tree_files, write_tar

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..errors import OnebitError
 
