@@ -1,0 +1,85 @@
+"""Reproducibility: compiler flags that keep build paths out of binaries, and the leak check on what ships.
+
+Both are pure functions: plan.py merges `prefix_map_env` into each build's environment; the stage step calls
+`leak_problems` on every staged file and fails on any hit (as it already fails on a build-tree RPATH).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+# Environment variables read by the compilers the recipes use (CMake reads CFLAGS/CXXFLAGS/CUDAFLAGS/HIPFLAGS on the
+# first configure; cargo reads RUSTFLAGS). zig has no prefix map; zinc builds ReleaseFast (no debug info).
+C_LIKE = ("CFLAGS", "CXXFLAGS", "HIPFLAGS", "OBJCFLAGS")
+
+
+def prefix_map_env(maps: Sequence[tuple[str, str]], base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Pure: `base` with each (old, new) path map appended to every compiler's flags (existing flags kept first).
+
+    -ffile-prefix-map covers __FILE__, debug info and profile paths (gcc >= 8, clang >= 10); nvcc passes it on to
+    its host compiler; rustc gets --remap-path-prefix."""
+    env = dict(base or {})
+    maps = [(old.rstrip("/"), new) for old, new in maps if old and old.rstrip("/")]
+
+    def add(var: str, flags: Iterable[str]) -> None:
+        flags = list(flags)
+        if flags:
+            env[var] = " ".join(([env[var]] if env.get(var) else []) + flags)
+
+    c = [f"-ffile-prefix-map={old}={new}" for old, new in maps]
+    for var in C_LIKE:
+        add(var, c)
+    add("CUDAFLAGS", [f"-Xcompiler=-ffile-prefix-map={old}={new}" for old, new in maps])
+    add("RUSTFLAGS", [f"--remap-path-prefix={old}={new}" for old, new in maps])
+    return env
+
+
+def build_maps(*, source: str, build: str, recipe: str, cache: str | None = None, home: str | None = None) -> list[tuple[str, str]]:
+    """Pure: the path maps for one build: its source and build dirs to fixed names, the cache and $HOME to neutral ones.
+
+    gcc applies the last matching map, so the most specific maps come last."""
+    maps = []
+    if home:
+        maps.append((home, "/home/builder"))
+    if cache:
+        maps.append((cache, "/onebit/cache"))
+    maps += [(build, f"/usr/src/onebit/{recipe}-build"), (source, f"/usr/src/onebit/{recipe}")]
+    return maps
+
+
+def _roots(forbidden: Sequence[tuple[str, str]]) -> list[tuple[str, bytes]]:
+    out = []
+    for label, root in forbidden:
+        root = (root or "").rstrip("/")
+        if root.count("/") >= 1 and len(root) > 1:  # "/" or "" would match everything: not a useful root
+            out.append((label, root.encode()))
+    return out
+
+
+def leak_problems(rel: str, data: bytes, forbidden: Sequence[tuple[str, str]]) -> list[str]:
+    """Pure: one line per forbidden root (work dir, cache dir, $HOME) whose path appears inside a shipped file."""
+    problems = []
+    for label, root in _roots(forbidden):
+        at = -1
+        for follow in (b"/", b"\0", b"\n", b'"', b"'", b":", b" "):
+            at = data.find(root + follow)
+            if at >= 0:
+                break
+        if at < 0 and data.endswith(root):
+            at = len(data) - len(root)
+        if at >= 0:
+            end = data.find(b"\0", at)
+            snippet = data[at: end if 0 <= end - at < 120 else at + 120].decode(errors="replace")
+            problems.append(f"{rel}: contains the {label} ({snippet!r} at byte {at})")
+    return problems
+
+
+def scan_tree(prefix: Path, forbidden: Sequence[tuple[str, str]]) -> list[str]:
+    """Every leak in the regular files below `prefix` (symlinks are not followed: their targets are checked apart)."""
+    problems = []
+    for path in sorted(prefix.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            problems += leak_problems(path.relative_to(prefix).as_posix(), path.read_bytes(), forbidden)
+        elif path.is_symlink():
+            problems += leak_problems(path.relative_to(prefix).as_posix(), str(path.readlink()).encode(), forbidden)
+    return problems
