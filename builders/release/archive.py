@@ -42,7 +42,10 @@ def write_tar(out: Path, top: str, files: Mapping[str, Path], *, mtime: int) -> 
                 continue
             data = Path(src).read_bytes()
             tar.addfile(_info(name, size=len(data), mode=file_mode(Path(src)), mtime=mtime), io.BytesIO(data))
-    raw = buf.getvalue()
+    return _write_compressed(buf.getvalue(), out)
+
+
+def _write_compressed(raw: bytes, out: Path) -> Path:
     name = out.name
     if name.endswith(".tar.gz"):
         packed = io.BytesIO()
@@ -74,3 +77,64 @@ def tree_files(root: Path, under: str = "") -> dict[str, Path]:
 
 def names(paths: Iterable[Path]) -> list[str]:
     return sorted(p.name for p in paths)
+
+
+def read_tar(path: Path) -> list[tuple[tarfile.TarInfo, bytes | None]]:
+    """Every member of a .tar.zst/.tar.gz/.tar.xz with its bytes (None for directories and links)."""
+    data = Path(path).read_bytes()
+    if path.name.endswith(".tar.zst"):
+        data = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
+        fileobj, mode = io.BytesIO(data), "r:"
+    else:
+        fileobj, mode = io.BytesIO(data), "r:*"
+    out = []
+    with tarfile.open(fileobj=fileobj, mode=mode) as tar:
+        for m in tar:
+            out.append((m, tar.extractfile(m).read() if m.isfile() else None))
+    return out
+
+
+def repack(src: Path, out: Path, top: str, extra: Mapping[str, Path], *, mtime: int) -> Path:
+    """Rewrite a one-folder tar under a new top folder, adding `extra` files; symlinks stay symlinks. Deterministic."""
+    members = read_tar(src)
+    entries: dict[str, tuple[tarfile.TarInfo, bytes | None]] = {}
+    for m, data in members:
+        parts = m.name.split("/", 1)
+        rel = parts[1] if len(parts) > 1 else ""
+        entries[rel] = (m, data)
+    for rel, path in extra.items():
+        data = Path(path).read_bytes()
+        entries[rel] = (_info(rel, size=len(data), mode=0o644, mtime=mtime), data)
+        for i in range(1, len(rel.split("/"))):
+            d = "/".join(rel.split("/")[:i])
+            entries.setdefault(d, (_info(d, mode=0o755, mtime=mtime, kind=tarfile.DIRTYPE), None))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in sorted(entries):
+            m, data = entries[rel]
+            name = f"{top}/{rel}" if rel else top
+            kind = m.type if m.type in (tarfile.DIRTYPE, tarfile.SYMTYPE) else tarfile.REGTYPE
+            info = _info(name, size=len(data or b""), mode=m.mode & 0o7777, mtime=mtime, kind=kind)
+            if kind == tarfile.SYMTYPE:
+                info.linkname = m.linkname
+            tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+    return _write_compressed(buf.getvalue(), out)
+
+
+def extract_tree(src: Path, dest: Path) -> Path:
+    """Extract a one-folder tar into `dest` (the top folder stripped); members escaping `dest` are refused."""
+    for m, data in read_tar(src):
+        parts = m.name.split("/")[1:]
+        if not parts or ".." in parts or m.name.startswith("/"):
+            continue
+        path = dest.joinpath(*parts)
+        if m.isdir():
+            path.mkdir(parents=True, exist_ok=True)
+        elif m.issym():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.symlink_to(m.linkname)
+        elif m.isfile():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            path.chmod(m.mode & 0o777)
+    return dest
