@@ -85,14 +85,18 @@ def pin_entry(change: PinChange, git_dir: Path | None) -> dict:
     return entry
 
 
-def patch_changes(repo: Path, prev: str | None, rev: str = "HEAD") -> dict[str, list[str]]:
-    """Patch files added, dropped or refreshed under recipes/patches/ between two revisions of the project."""
+def patch_changes(repo: Path, prev: str | None, rev: str | None = "HEAD") -> dict[str, list[str]]:
+    """Patch files added, dropped or refreshed under recipes/patches/ between two revisions of the project
+    (`rev` None: the working tree)."""
     result = {"added": [], "dropped": [], "refreshed": []}
     if prev is None:
-        out = git(repo, "ls-tree", "-r", "--name-only", rev, "--", "recipes/patches")
-        result["added"] = sorted(line.removeprefix("recipes/patches/") for line in out.splitlines() if line.endswith(".patch"))
+        if rev is None:
+            names = [p.relative_to(repo).as_posix() for p in (repo / "recipes" / "patches").rglob("*.patch")]
+        else:
+            names = git(repo, "ls-tree", "-r", "--name-only", rev, "--", "recipes/patches").splitlines()
+        result["added"] = sorted(n.removeprefix("recipes/patches/") for n in names if n.endswith(".patch"))
         return result
-    out = git(repo, "diff", "--name-status", "--no-renames", prev, rev, "--", "recipes/patches")
+    out = git(repo, "diff", "--name-status", "--no-renames", prev, *([rev] if rev else []), "--", "recipes/patches")
     kinds = {"A": "added", "D": "dropped", "M": "refreshed"}
     for line in out.splitlines():
         status, _, path = line.partition("\t")
@@ -145,7 +149,7 @@ def make_changes(*, tag: str, previous_tag: str | None, date: str, repo: Path, p
         "previous_tag": previous_tag,
         "date": date,
         "pins": pins,
-        "patches": patch_changes(repo, prev_rev, rev or "HEAD"),
+        "patches": patch_changes(repo, prev_rev, rev),
         "bumps": bump_entries(bumps),
         "artifacts": dict(sorted((artifacts or {}).items())),
     }

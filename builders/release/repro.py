@@ -83,3 +83,28 @@ def scan_tree(prefix: Path, forbidden: Sequence[tuple[str, str]]) -> list[str]:
         elif path.is_symlink():
             problems += leak_problems(path.relative_to(prefix).as_posix(), str(path.readlink()).encode(), forbidden)
     return problems
+
+
+def compare_dirs(a: Path, b: Path, names: Sequence[str] | None = None, *, diffoscope: str | None = None,
+                 max_lines: int = 40) -> list[str]:
+    """Which files differ between two release directories, and where (diffoscope's first lines when installed)."""
+    import shutil as _shutil
+    import subprocess as _subprocess
+
+    names = sorted(names if names is not None else {p.name for p in a.iterdir() if p.is_file()} |
+                   {p.name for p in b.iterdir() if p.is_file()})
+    tool = diffoscope or _shutil.which("diffoscope")
+    problems = []
+    for name in names:
+        fa, fb = a / name, b / name
+        if not fa.is_file() or not fb.is_file():
+            problems.append(f"{name}: only in {a if fa.is_file() else b}")
+            continue
+        if fa.read_bytes() == fb.read_bytes():
+            continue
+        problems.append(f"{name}: differs")
+        if tool:
+            proc = _subprocess.run([tool, "--text", "-", "--max-report-size", "200000", str(fa), str(fb)],
+                                   capture_output=True, text=True, check=False, timeout=600)
+            problems += ["    " + line for line in proc.stdout.splitlines()[:max_lines]]
+    return problems
