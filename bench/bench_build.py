@@ -42,14 +42,14 @@ def bare(plan, variant: str, base: Path) -> float:
     """The same configure+build commands the plan holds, run by hand on a plain checkout of the patched source."""
     build = plan.step(f"build:{variant}")
     source = next(s for s in plan.steps if s.action == "source")
-    src = Path(source.data["dir"])
+    src = Path(source.data.dir)
     copy = base / "bare-src"
     for cmd in source.commands:  # git worktree add + git apply, into our own directory
         subprocess.run([a.replace(str(src), str(copy)) for a in cmd.argv], check=True, capture_output=True)
     out = base / "bare-build"
     t = time.monotonic()
     for cmd in build.commands:
-        argv = [a.replace(str(src), str(copy)).replace(build.data["build_dir"], str(out)) for a in cmd.argv]
+        argv = [a.replace(str(src), str(copy)).replace(build.data.build_dir, str(out)) for a in cmd.argv]
         argv = [a for a in argv if "COMPILER_LAUNCHER" not in a]
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**os.environ, **dict(cmd.env)})
     return time.monotonic() - t

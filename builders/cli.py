@@ -33,8 +33,21 @@ def _plan(args) -> tuple[config.Project, Plan]:
     project = config.load_project(args.root)
     facts = host.gather(all_tools(project, args.bundle))
     only = set(args.only) if getattr(args, "only", None) else None
-    plan = make_plan(project, args.bundle, facts, layout_for(args, args.bundle), build_number=args.build_number, only=only)
+    plan = make_plan(project, args.bundle, facts, layout_for(args, args.bundle), build_number=args.build_number, only=only,
+                     overrides=parse_overrides(getattr(args, "set", None) or []))
     return project, plan
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict[str, str]]:
+    """`--set RECIPE.OPTION=VALUE` (or VARIANT.OPTION=VALUE), repeatable -> {target: {option: value}}."""
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        target, dot, rest = item.partition(".")
+        option, eq, value = rest.partition("=")
+        if not (dot and eq and target and option):
+            raise OnebitError(f"--set {item!r}: expected RECIPE.OPTION=VALUE, e.g. cuda.CMAKE_CUDA_ARCHITECTURES=90-real")
+        out.setdefault(target, {})[option] = value
+    return out
 
 
 def print_plan(plan: Plan) -> None:
@@ -152,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("bundle", metavar="BUNDLE")
         s.add_argument("--only", action="append", metavar="RECIPE", help="only this recipe or variant (repeatable)")
         s.add_argument("--build-number", type=int, help="override the bundle's build number")
+        s.add_argument("--set", action="append", metavar="RECIPE.OPTION=VALUE",
+                       help="override one build option for this run (repeatable); recorded in the build string and the "
+                            "manifest, so such a bundle never passes for the release one")
         if offline:
             s.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
 

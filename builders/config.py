@@ -120,6 +120,7 @@ class Variant:
     features: tuple[str, ...]
     provides_env: dict
     tests: tuple[dict, ...]
+    depends: tuple[str, ...] = ()  # run requirements of its package (conda match specs; virtual packages)
 
     @property
     def id(self) -> str:
@@ -197,6 +198,7 @@ class Recipe:
             features=tuple(provides.get("features", [])),
             provides_env=dict(provides.get("env", {})),
             tests=tuple(self.data.get("tests", [])) + tuple(over.get("tests", [])),
+            depends=tuple(self.data.get("requirements", {}).get("run", [])) + tuple(over.get("requirements", {}).get("run", [])),
         )
 
 

@@ -18,11 +18,12 @@ from . import fetch, manifest, package, patch, stage
 from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
-from .plan_types import Command, Plan, Step
+from .plan import clobbers
+from .plan_types import BuildData, Command, FetchData, PackageData, Plan, SourceData, StageData, Step, WheelsData
+from .stage import KEY_FILE
 
 BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
-KEY_FILE = ".onebit-key"
 
 
 @dataclass
@@ -44,26 +45,26 @@ class Executor:
         self.report = Report()
         self.log_dir = self.layout.work / "logs"
 
-    # ---- cache -------------------------------------------------------------------------------------------------
+    # ---- cache: a step is reused only when its stamp exists AND its output says it holds that key ------------------
     def _bundle_done(self) -> bool:
         key_file = self.layout.out / KEY_FILE
         publish = next((s for s in self.plan.steps if s.action == "publish"), None)
         return publish is not None and key_file.is_file() and key_file.read_text().strip() == publish.key
 
-    def _outputs_exist(self, step: Step) -> bool:
+    def _outputs_hold(self, step: Step) -> bool:
         d = step.data
-        if step.action == "fetch":
-            return fetch.cached(Path(d["dest"]), d["commit"])
-        if step.action == "wheels":
-            return (Path(d["dir"]) / ".complete").is_file()
-        if step.action == "source":
-            return Path(d["dir"]).is_dir()
-        if step.action == "build":
-            return Path(d["build_dir"]).is_dir()
-        if step.action == "stage":
-            return Path(d["prefix"]).is_dir()
-        if step.action == "package":
-            return (Path(d["out"]) / package.conda_filename(d["name"], d["version"], d["build_string"])).is_file()
+        if isinstance(d, FetchData):
+            return fetch.cached(Path(d.dest), d.commit)
+        if isinstance(d, WheelsData):
+            return (Path(d.dir) / ".complete").is_file()
+        if isinstance(d, SourceData):
+            return _holds(source_key_file(Path(d.dir)), step.key) and Path(d.dir).is_dir()
+        if isinstance(d, BuildData):
+            return _holds(Path(d.build_dir) / KEY_FILE, step.key)
+        if isinstance(d, StageData):
+            return _holds(Path(d.stage_root) / KEY_FILE, step.key)
+        if isinstance(d, PackageData):
+            return d.file.is_file()  # its directory is named by the key
         return False
 
     def is_cached(self, step: Step) -> bool:
@@ -71,7 +72,7 @@ class Executor:
             return False
         if step.action in BUNDLE_ACTIONS:
             return self._bundle_done()
-        return self.layout.step_stamp(step.key).is_file() and self._outputs_exist(step)
+        return self.layout.step_stamp(step.key).is_file() and self._outputs_hold(step)
 
     def _stamp(self, step: Step) -> None:
         if step.action in BUNDLE_ACTIONS:
@@ -106,7 +107,7 @@ class Executor:
                 output = self._run_one(cmd, log, progress, task)
                 problem = checker(i, output) if checker else None
                 if problem:
-                    raise BuildError(problem, where=step.data.get("where", step.id), hint=f"full log: {log_path}")
+                    raise BuildError(problem, where=getattr(step.data, "where", step.id), hint=f"full log: {log_path}")
 
     def _run_one(self, cmd: Command, log, progress: Progress, task) -> str:
         env = {**os.environ, **dict(cmd.env)}
@@ -134,130 +135,128 @@ class Executor:
 
     # ---- actions -----------------------------------------------------------------------------------------------
     def _do_fetch(self, step: Step, progress, task) -> None:
-        pin = self.project.pins[step.data["pin"]]
-        how = fetch.fetch_pin(pin, Path(step.data["dest"]), self.layout.downloads(), offline=self.offline,
+        pin = self.project.pins[step.data.pin]
+        how = fetch.fetch_pin(pin, Path(step.data.dest), self.layout.downloads(), offline=self.offline,
                               log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
         self.console.log(f"fetched {pin.name} @ {pin.short} from {how}")
 
     def _do_wheels(self, step: Step, progress, task) -> None:
-        fetch.fetch_wheels(step.data["requirements"], Path(step.data["dir"]), offline=self.offline)
+        fetch.fetch_wheels(list(step.data.requirements), Path(step.data.dir), offline=self.offline)
 
     def _do_source(self, step: Step, progress, task) -> None:
-        src = Path(step.data["dir"])
-        shutil.rmtree(src, ignore_errors=True)
-        for cache_dir in {c.argv[2] for c in step.commands if c.argv[1:2] == ("--git-dir",)}:
-            subprocess.run(["git", "--git-dir", cache_dir, "worktree", "prune"], capture_output=True)
-        clone_cmds = [c for c in step.commands if "apply" not in c.argv]
-        self._run_commands(step, clone_cmds, progress, task)
-        results = patch.apply_all(src, [Path(p) for p in step.data["patches"]], where=step.data["where"])
+        d: SourceData = step.data
+        src = Path(d.dir)
+        key_file = source_key_file(src)
+        key_file.unlink(missing_ok=True)
+        if patch.reset_checkout(src, d.commit, [(e.into, e.commit) for e in d.extra]):
+            self.console.log(f"reset {src.name} to {d.commit[:7]} (its patches changed)")
+        else:
+            shutil.rmtree(src, ignore_errors=True)
+            for cache_dir in {c.argv[2] for c in step.commands if c.argv[1:2] == ("--git-dir",)}:
+                subprocess.run(["git", "--git-dir", cache_dir, "worktree", "prune"], capture_output=True)
+            self._run_commands(step, [c for c in step.commands if "apply" not in c.argv], progress, task)
+        results = patch.apply_all(src, [Path(p) for p in d.patches], where=d.where)
         for r in results:
             self.console.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")
+        package.write_text_atomic(key_file, step.key + "\n")
 
     def _do_build(self, step: Step, progress, task) -> None:
-        build_dir = Path(step.data["build_dir"])
-        if step.data.get("fresh_dir"):
-            shutil.rmtree(build_dir, ignore_errors=True)
+        d: BuildData = step.data
+        build_dir = Path(d.build_dir)
+        (build_dir / KEY_FILE).unlink(missing_ok=True)
+        source_file = build_dir / ".onebit-source"
+        if d.fresh_dir or (source_file.is_file() and source_file.read_text().strip() != d.source_dir):
+            shutil.rmtree(build_dir, ignore_errors=True)  # configured against another checkout: start clean
         build_dir.mkdir(parents=True, exist_ok=True)
-        kind = KINDS[step.data["kind"]]
+        source_file.write_text(d.source_dir + "\n")
+        kind = KINDS[d.kind]
         self._run_commands(step, step.commands, progress, task, checker=getattr(kind, "check_output", None))
+        (build_dir / KEY_FILE).write_text(step.key + "\n")
 
     def _do_stage(self, step: Step, progress, task) -> None:
-        d = step.data
-        tmp_root, tmp_prefix = Path(d["stage_tmp"]), Path(d["tmp_prefix"])
-        shutil.rmtree(tmp_root, ignore_errors=True)
-        tmp_prefix.mkdir(parents=True)
-        self._run_commands(step, step.commands, progress, task)
-        stage.prune(tmp_prefix, d["keep"])
-        stage.relocate(tmp_prefix)
-        forbidden = [("the build tree", d["build_dir"]), ("the work dir", str(self.layout.work)), ("$HOME", d["home"])]
-        problems = stage.check_rpaths(tmp_prefix, forbidden)
-        if problems:
-            raise StageError("RPATH check failed:\n    " + "\n    ".join(problems),
-                             hint="a binary would load libraries from the build machine; fix the recipe's link flags")
-        for name, rel in d["binaries"].items():
-            if not (tmp_prefix / rel).exists():
-                raise StageError(f"binary {name!r} ({rel}) is not in the staged tree", where=d["variant"],
-                                 hint="check stage.binaries and stage.keep in the recipe")
-        if d["manifest_entry"]:
-            entry_file = tmp_prefix / "share" / "onebit" / "backends" / f"{d['variant']}.json"
-            entry_file.parent.mkdir(parents=True, exist_ok=True)
-            entry_file.write_text(json.dumps({"backend": d["backend"], **d["manifest_entry"]}, indent=2, sort_keys=True))
-        self._recipe_tests(step, tmp_prefix)
-        package.replace_dir(tmp_root, Path(d["stage_root"]))
-
-    def _recipe_tests(self, step: Step, prefix: Path) -> None:
-        for test in step.data["tests"]:
-            if test.get("needs"):
-                self.console.log(f"[yellow]skip[/] test '{test['name']}' of {step.data['variant']}: needs {test['needs']}")
-                continue
-            values = step.data["test_values"]
-            argv = [str(prefix / test["run"][0])] + [a.format(**values) for a in test["run"][1:]]
-            proc = subprocess.run(argv, capture_output=True, text=True, cwd=prefix, timeout=120,
-                                  env={k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"})
-            output = proc.stdout + proc.stderr
-            expect = test.get("expect")
-            pattern = expect.replace("{commit7}", values["commit7"]).replace("{commit}", values["commit"]) if expect else None
-            if proc.returncode != 0 or (pattern and not re.search(pattern, output)):
-                raise StageError(f"recipe test '{test['name']}' failed for {step.data['variant']}: "
-                                 f"{' '.join(test['run'])} exited {proc.returncode}; expected /{pattern}/\n{output[-1500:]}")
-            self.console.log(f"[green]ok[/] test '{test['name']}' of {step.data['variant']}")
+        stage.stage_variant(step.data, self.layout.work, step.key,
+                            run_install=lambda: self._run_commands(step, step.commands, progress, task),
+                            log=self.console.log)
 
     def _do_package(self, step: Step, progress, task) -> None:
-        d = step.data
-        package.assemble(name=d["name"], version=d["version"], build_string=d["build_string"], build_number=d["build_number"],
-                         files_dir=Path(d["prefix"]), out_dir=Path(d["out"]), platform=self.plan.platform, license=d["license"],
-                         summary=d["summary"], homepage=d["homepage"])
+        d: PackageData = step.data
+        depends = list(d.depends)
+        if d.glibc_from_elf:
+            glibc = stage.glibc_needed(Path(d.prefix))
+            if glibc:
+                depends.append(f"__glibc >={glibc}")
+        package.assemble(name=d.name, version=d.version, build_string=d.build_string, build_number=d.build_number,
+                         files_dir=Path(d.prefix), out_dir=Path(d.out), platform=self.plan.platform, license=d.license,
+                         summary=d.summary, homepage=d.homepage, depends=depends)
 
     def _package_steps(self) -> list[Step]:
         return [s for s in self.plan.steps if s.action == "package"]
 
     def _manifest(self) -> dict:
-        entries = []
-        for s in self.plan.steps:
-            if s.action == "stage" and s.data["manifest_entry"]:
-                entries.append((s.data["backend"], s.data["manifest_entry"]))
+        entries = [(s.data.backend, s.data.manifest_entry) for s in self.plan.steps
+                   if s.action == "stage" and s.data.manifest_entry]
         return manifest.make_manifest(self.plan.bundle, self.plan.version, self.plan.build_number, self.plan.platform, entries)
 
     def _meta_file(self) -> Path:
         meta = self.plan.step("bundle:metapackage")
-        return Path(meta.data["out"]) / package.conda_filename(meta.data["name"], self.plan.version, f"h{meta.key[:7]}_{self.plan.build_number}")
+        return Path(meta.data.out) / package.conda_filename(meta.data.name, self.plan.version, f"h{meta.key[:7]}_{self.plan.build_number}")
+
+    def _check_clobbers(self) -> None:
+        """Two packages of the bundle never install the same path: a build error naming both, not conda's warning."""
+        owners = {s.data.name: stage.staged_files(Path(s.data.prefix)) for s in self._package_steps()}
+        owners["onebit-bundle-" + self.plan.bundle] = [manifest.MANIFEST_PATH]
+        problems = clobbers(owners)
+        if problems:
+            raise StageError(f"bundle {self.plan.bundle}: two packages install the same path:\n    " + "\n    ".join(problems[:20]),
+                             hint="give each variant its own stage.root, or drop the file from one of them (stage.keep)")
 
     def _do_metapackage(self, step: Step, progress, task) -> None:
-        nxt = self.layout.next_out()
+        self._check_clobbers()
+        nxt = Path(step.data.dir)
         shutil.rmtree(nxt, ignore_errors=True)
         nxt.mkdir(parents=True)
         doc = self._manifest()
         text = manifest.dumps(doc)
         (nxt / "manifest.json").write_text(text)
-        depends = [f"{s.data['name']} =={s.data['version']} {s.data['build_string']}" for s in self._package_steps()]
+        depends = [f"{s.data.name} =={s.data.version} {s.data.build_string}" for s in self._package_steps()]
         with_files = self.layout.work / "meta-files"
         shutil.rmtree(with_files, ignore_errors=True)
         (with_files / "share" / "onebit").mkdir(parents=True)
         (with_files / manifest.MANIFEST_PATH).write_text(text)
-        package.assemble(name=step.data["name"], version=self.plan.version, build_string=f"h{step.key[:7]}_{self.plan.build_number}",
-                         build_number=self.plan.build_number, files_dir=with_files, out_dir=Path(step.data["out"]),
-                         platform=self.plan.platform, license="Apache-2.0", summary=step.data["summary"], depends=depends)
+        package.assemble(name=step.data.name, version=self.plan.version, build_string=f"h{step.key[:7]}_{self.plan.build_number}",
+                         build_number=self.plan.build_number, files_dir=with_files, out_dir=Path(step.data.out),
+                         platform=self.plan.platform, license="Apache-2.0", summary=step.data.summary, depends=depends)
 
     def _conda_files(self) -> list[Path]:
-        files = [Path(s.data["out"]) / package.conda_filename(s.data["name"], s.data["version"], s.data["build_string"])
-                 for s in self._package_steps()]
-        return files + [self._meta_file()]
+        return [s.data.file for s in self._package_steps()] + [self._meta_file()]
 
     def _do_channel(self, step: Step, progress, task) -> None:
-        package.index_channel(self._conda_files(), Path(step.data["dir"]), self.plan.platform)
+        package.index_channel(self._conda_files(), Path(step.data.dir), self.plan.platform)
 
     def _do_tarball(self, step: Step, progress, task) -> None:
-        trees = [Path(s.data["prefix"]) for s in self.plan.steps if s.action == "stage"]
+        trees = [Path(s.data.prefix) for s in self._package_steps()]
         text = (self.layout.next_out() / "manifest.json").read_bytes()  # written by the metapackage step
-        out = Path(step.data["file"])
+        out = Path(step.data.dir)
         top = out.name.removesuffix(".tar.zst")
         package.tar_zst(trees, {manifest.MANIFEST_PATH: text}, out, top)
 
     def _do_checksums(self, step: Step, progress, task) -> None:
-        f = Path(step.data["file"])
+        f = Path(step.data.dir)
         package.sha256sums(f.parent, f)
 
     def _do_publish(self, step: Step, progress, task) -> None:
-        src = Path(step.data["from"])
+        src = Path(step.data.dir)
         (src / KEY_FILE).write_text(step.key + "\n")
-        package.replace_dir(src, Path(step.data["to"]))
+        package.replace_dir(src, Path(step.data.to))
+
+
+def _holds(key_file: Path, key: str) -> bool:
+    try:
+        return key_file.read_text().strip() == key
+    except OSError:
+        return False
+
+
+def source_key_file(src: Path) -> Path:
+    """Beside the checkout, not in it: the tree stays exactly the commit plus its patches."""
+    return src.with_name(src.name + ".onebit-key")

@@ -36,6 +36,7 @@ class HostFacts:
     platform: str = "linux-64"
     home: str = str(Path.home())
     python_tag: str = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    python_minor: str = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def parse_version(text: str) -> str | None:

@@ -7,6 +7,20 @@ from pathlib import Path
 from .errors import OnebitError
 
 
+def host_virtual_packages() -> list:
+    """What the solver may assume about this host: conda's own virtual packages (__glibc, __cuda, __linux, ...,
+    each overridable with CONDA_OVERRIDE_GLIBC / CONDA_OVERRIDE_CUDA as in conda), plus __python: the Python minor
+    version `bin/1bit` will run with (the one running this installer; ONEBIT_OVERRIDE_PYTHON overrides it)."""
+    import os
+    import sys
+
+    from rattler import BuildString, GenericVirtualPackage, PackageName, Version, VirtualPackage, VirtualPackageOverrides
+
+    found = [v.into_generic() for v in VirtualPackage.detect(VirtualPackageOverrides.from_env())]
+    py = os.environ.get("ONEBIT_OVERRIDE_PYTHON") or "%d.%d.%d" % sys.version_info[:3]
+    return found + [GenericVirtualPackage(PackageName("__python"), Version(py), BuildString("0"))]
+
+
 def install_bundle(channel: Path, prefix: Path, bundle: str, *, cache_dir: Path | None = None,
                    platform: str = "linux-64") -> list[str]:
     import rattler
@@ -23,7 +37,7 @@ def install_bundle(channel: Path, prefix: Path, bundle: str, *, cache_dir: Path 
         source = Channel(channel.as_uri(), config)
         try:
             records = await rattler.solve(sources=[source], specs=[spec], platforms=[platform, "noarch"],
-                                          virtual_packages=[], timestamp_policy="allow-missing")
+                                          virtual_packages=host_virtual_packages(), timestamp_policy="allow-missing")
         except Exception as exc:  # rattler raises its own exception types for unsatisfiable specs
             raise OnebitError(f"cannot install {spec} from {channel}: {exc}",
                               hint="is the bundle name right? `ls CHANNEL/linux-64` lists what the channel holds") from None

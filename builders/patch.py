@@ -122,3 +122,20 @@ def render_markdown(results: Sequence[PatchResult]) -> str:
         where = " ".join(x for x in (f"`{r.file}`" if r.file else "", f"`{r.hunk}`" if r.hunk else "") if x) or r.detail
         lines.append(f"| {r.patch} | {r.status} | {where} |")
     return "\n".join(lines)
+
+
+def reset_checkout(src: Path, commit: str, extras: Sequence[tuple[str, str]] = ()) -> bool:
+    """Put an existing checkout back to exactly `commit` (and each extra worktree `into` to its commit), undoing old
+    patches, so new ones can be applied. Only files that differ are rewritten, so a build over this tree stays
+    incremental. False when src is not such a checkout (the caller then makes a fresh one)."""
+    trees = [(src, commit)] + [(src / into, c) for into, c in extras]
+    for tree, want in trees:
+        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True)
+        if head.returncode != 0 or head.stdout.strip() != want or not (tree / ".git").exists():
+            return False
+    for tree, want in trees:
+        for argv in (["git", "-C", str(tree), "reset", "--quiet", "--hard", want], ["git", "-C", str(tree), "clean", "-fdxq"]):
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            if proc.returncode != 0:
+                return False
+    return True

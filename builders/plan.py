@@ -4,17 +4,20 @@ Every other step executes a plan; nothing decides twice. `1bit-build plan BUNDLE
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .config import Pin, Project, Tool, Variant
 from .host import HostFacts, ToolFact, version_ok
 from .kinds import KINDS, KindContext
-from .plan_types import INSTALL_PREFIX, Command, Layout, Plan, Step, digest
+from .errors import OnebitError
+from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, ExtraSource, FetchData, Layout, PackageData,
+                         Plan, RecipeTest, SourceData, StageData, Step, WheelsData, digest)
 
-BUILDER_VERSION = "2"  # bump to invalidate every build step key
-_PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::root)?)?)\}")
+BUILDER_VERSION = "3"  # bump to invalidate every build step key
+_PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::(?:root|major))?)?)\}")
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class Source:
     commit: str | None
     short: str
     pin: Pin | None
+    step_id: str | None = None
 
 
 def expand(text: str, values: Mapping[str, str], where: str = "") -> str:
@@ -34,7 +38,8 @@ def expand(text: str, values: Mapping[str, str], where: str = "") -> str:
     def sub(m: re.Match) -> str:
         name = m.group(1)
         if name not in values:
-            raise KeyError(f"{where}: unknown placeholder {{{name}}}; known: {', '.join(sorted(values))}")
+            raise OnebitError(f"unknown placeholder {{{name}}}", where=where,
+                              hint=f"known placeholders: {', '.join('{' + v + '}' for v in sorted(values))}")
         return values[name]
 
     return _PLACEHOLDER.sub(sub, text)
@@ -48,6 +53,7 @@ def tool_values(variant: Variant, facts: Mapping[str, ToolFact]) -> dict[str, st
             continue
         values[f"tool:{tool.tool}"] = fact.path
         values[f"tool:{tool.tool}:root"] = fact.root or ""
+        values[f"tool:{tool.tool}:major"] = (fact.version or "0").split(".")[0]
     return values
 
 
@@ -91,7 +97,7 @@ def _fetch_step(pin: Pin, layout: Layout) -> Step:
         title=f"fetch {pin.name} @ {pin.short} (verified by commit SHA; mirrors in order)",
         key=digest("fetch", pin.url, pin.commit),
         commands=tuple(commands),
-        data={"pin": pin.name, "commit": pin.commit, "dest": str(layout.git_cache(pin.commit))},
+        data=FetchData(pin=pin.name, commit=pin.commit, dest=str(layout.git_cache(pin.commit))),
     )
 
 
@@ -108,8 +114,14 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
     patches = recipe.patches(project.root)
     key = digest("source", pin.commit, [(p.file, project.digests.get(str(p.path))) for p in patches],
                  [(e.name, e.commit, into) for e, into in extra])
-    src = layout.src(key)
+    # The checkout's directory is named by what it is a checkout *of* (commit, patch names, extra pins), not by the
+    # patches' contents: a refreshed patch resets and re-patches the same tree, so only the files it touches get new
+    # mtimes and the build after it is incremental. The key file beside it says which contents it holds.
+    series = digest([p.file for p in patches], [(e.name, e.commit, into) for e, into in extra])[:8]
+    src = layout.src(f"{pin.name}@{pin.commit[:12]}" + (f"-{series}" if patches or extra else ""))
     step_id = f"source:{recipe.pin_name}@{pin.short}" + (f"+{len(patches)}p" if patches else "") + (f"+{len(extra)}x" if extra else "")
+    if step_id in steps and steps[step_id].key != key:
+        step_id += f"~{key[:7]}"
     if step_id not in steps:
         # a worktree of the content-addressed cache: no copy of the objects, and the cache's shallow boundary holds
         cmds = [Command(("git", "--git-dir", str(layout.git_cache(pin.commit)), "worktree", "add", "--quiet", "--force",
@@ -127,26 +139,39 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
             key=key,
             commands=tuple(cmds),
             needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]),
-            data={"dir": str(src), "pin": pin.name, "commit": pin.commit, "patches": [str(p.path) for p in patches],
-                  "extra": [{"pin": e.name, "commit": e.commit, "into": into} for e, into in extra],
-                  "where": str(recipe.path)},
+            data=SourceData(dir=str(src), pin=pin.name, commit=pin.commit, patches=tuple(str(p.path) for p in patches),
+                            extra=tuple(ExtraSource(e.name, e.commit, into) for e, into in extra), where=str(recipe.path)),
         )
-    return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin)
+    return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin, step_id=step_id)
+
+
+def apply_overrides(variant: Variant, overrides: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """The per-invocation option overrides (`--set RECIPE.OPTION=VALUE`) that apply to this variant."""
+    out: dict[str, str] = {}
+    for target in (variant.recipe.name, variant.id):
+        out.update(overrides.get(target, {}))
+    return out
+
+
+def build_string(variant: Variant, short: str, build_number: int, overrides: Mapping[str, str]) -> str:
+    """`<variant>_h<commit7>_<n>`; with overrides `<variant>_h<commit7>_set<hash6>_<n>`, so such a build never passes
+    for the release one."""
+    tag = f"_set{digest(sorted(overrides.items()))[:6]}" if overrides else ""
+    return f"{variant.name}_h{short}{tag}_{build_number}"
 
 
 def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: Layout, build_number: int,
-                   version: str, steps: dict[str, Step]) -> str:
+                   version: str, steps: dict[str, Step], overrides: Mapping[str, str]) -> str:
     """Adds the variant's steps; returns the id of its package step."""
     recipe = variant.recipe
     source = _source(project, variant, layout, steps)
     build_dir = layout.build(variant.id)
-    stage_root = layout.stage(variant.id)
-    stage_tmp = layout.stage_tmp(variant.id)
     staged_prefix = layout.staged_prefix(variant.id)
     build_prefix = build_dir / "_prefix"
     wheels = recipe.source.get("wheels", [])
     wheels_key = digest("wheels", wheels, host.python_tag)
     wheels_dir = layout.wheels(wheels_key)
+    install_prefix = f"{INSTALL_PREFIX}/{variant.root}" if variant.root else INSTALL_PREFIX
     values = {
         "source": source.dir,
         "build": str(build_dir),
@@ -156,18 +181,24 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         "commit": source.commit or "",
         "commit7": source.short,
         "build_number": str(build_number),
+        "variant": variant.id,
         **tool_values(variant, host.tools),
     }
     where = str(recipe.path)
-    options = {k: expand(str(v), values, where) if isinstance(v, str) else v for k, v in variant.options.items()}
+    unknown = sorted(set(overrides) - set(variant.options)) if variant.kind == "cmake" else []
+    if unknown:
+        raise OnebitError(f"--set {recipe.name}.{unknown[0]}: {variant.id} has no build option {unknown[0]!r}",
+                          where=where, hint=f"its options: {', '.join(sorted(variant.options))}")
+    options = {k: expand(str(v), values, where) if isinstance(v, str) else v for k, v in {**variant.options, **overrides}.items()}
     env = {k: expand(v, values, where) for k, v in variant.env.items()}
     commands = tuple(tuple(expand(a, values, where) for a in argv) for argv in variant.commands)
     launcher = host.tools.get("ccache")
+    stage_tmp = layout.stage_tmp(variant.id)
     ctx = KindContext(
         source=source.dir,
         build=str(build_dir),
         destdir=str(stage_tmp),
-        prefix=INSTALL_PREFIX,
+        prefix=install_prefix,
         staged_prefix=str(layout.staged_prefix(variant.id, tmp=True)),
         build_prefix=str(build_prefix),
         jobs=host.jobs,
@@ -182,9 +213,7 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         extra_env={"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if launcher and launcher.found else {},
     )
     kind = KINDS[variant.kind]
-    needs = []
-    if source.pin is not None:
-        needs.append(next(s.id for s in steps.values() if s.action == "source" and s.key == source.key))
+    needs = [source.step_id] if source.step_id else []
     if wheels:
         wid = f"fetch:wheels:{recipe.name}"
         steps.setdefault(wid, Step(
@@ -193,13 +222,13 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
             title=f"fetch {len(wheels)} Python requirement(s) as wheels for {recipe.name}",
             key=wheels_key,
             commands=(Command(("pip", "download", "--only-binary", ":all:", "--dest", str(wheels_dir), *wheels)),),
-            data={"dir": str(wheels_dir), "requirements": list(wheels)},
+            data=WheelsData(dir=str(wheels_dir), requirements=tuple(wheels)),
         ))
         needs.append(wid)
     toolchain = sorted((t.key, (host.tools.get(t.key).version if host.tools.get(t.key) else None)) for t in variant.toolchain
                        if not t.optional)
     build_key = digest("build", BUILDER_VERSION, source.key, variant.kind, options, variant.targets, env, commands,
-                       variant.build_type, toolchain, wheels_key if wheels else None)
+                       variant.build_type, toolchain, wheels_key if wheels else None, install_prefix)
     steps[f"build:{variant.id}"] = Step(
         id=f"build:{variant.id}",
         action="build",
@@ -207,9 +236,10 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         key=build_key,
         commands=tuple(kind.build(ctx)),
         needs=tuple(needs),
-        data={"variant": variant.id, "kind": variant.kind, "build_dir": str(build_dir), "fresh_dir": variant.kind == "script",
-              "where": where},
+        data=BuildData(variant=variant.id, kind=variant.kind, build_dir=str(build_dir), source_dir=source.dir,
+                       fresh_dir=variant.kind == "script", where=where),
     )
+    bstring = build_string(variant, source.short, build_number, overrides)
     manifest_entry = None
     if variant.backend:
         manifest_entry = {
@@ -217,15 +247,22 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
             "package": variant.package_name,
             "version": version,
             "build_number": build_number,
-            "binaries": dict(variant.binaries),
+            "build_string": bstring,
+            "root": variant.root or None,
+            "adapter": variant.adapter,
+            "binaries": {name: variant.in_prefix(rel) for name, rel in variant.binaries.items()},
             "devices": list(variant.devices),
             "source": {"pin": source.pin.name, "url": source.pin.url, "commit": source.commit,
                        "patches": [p.file for p in recipe.patches(project.root)]} if source.pin else None,
             "features": list(variant.features),
+            "overrides": dict(overrides) or None,
         }
         if variant.provides_env:
             manifest_entry["env"] = dict(variant.provides_env)
-    stage_key = digest("stage", build_key, variant.install, variant.keep, variant.binaries, manifest_entry)
+    tests = tuple(RecipeTest(name=t["name"], run=tuple(t["run"]), expect=t.get("expect"), needs=t.get("needs"))
+                  for t in variant.tests)
+    stage_key = digest("stage", build_key, variant.install, variant.root, variant.keep, variant.binaries, variant.links,
+                       manifest_entry, [dataclasses.astuple(t) for t in tests])
     steps[f"stage:{variant.id}"] = Step(
         id=f"stage:{variant.id}",
         action="stage",
@@ -233,38 +270,74 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         key=stage_key,
         commands=tuple(kind.install(ctx)) if variant.install == "build-system" else (),
         needs=(f"build:{variant.id}",),
-        data={"variant": variant.id, "stage_root": str(stage_root), "stage_tmp": str(stage_tmp),
-              "tmp_prefix": str(layout.staged_prefix(variant.id, tmp=True)), "prefix": str(staged_prefix),
-              "keep": list(variant.keep),
-              "binaries": dict(variant.binaries), "backend": variant.backend, "manifest_entry": manifest_entry,
-              "build_dir": str(build_dir), "home": host.home, "tests": list(variant.tests),
-              "test_values": {"commit": source.commit or "", "commit7": source.short}},
+        data=StageData(variant=variant.id, package=variant.package_name, stage_root=str(layout.stage(variant.id)),
+                       stage_tmp=str(stage_tmp), tmp_prefix=str(layout.staged_prefix(variant.id, tmp=True)),
+                       prefix=str(staged_prefix), root=variant.root, keep=tuple(variant.keep),
+                       binaries=dict(variant.binaries), links=dict(variant.links), backend=variant.backend,
+                       manifest_entry=manifest_entry, build_dir=str(build_dir), home=host.home, tests=tests,
+                       test_values={"commit": source.commit or "", "commit7": source.short}, where=where),
     )
-    build_string = f"{variant.name}_h{source.short}_{build_number}"
-    package_key = digest("package", stage_key, variant.package_name, version, build_string, build_number)
+    depends = tuple(expand(d, {**values, "python_minor": host.python_minor}, where) for d in variant.depends)
+    package_key = digest("package", stage_key, variant.package_name, version, bstring, build_number, depends)
     pid = f"package:{variant.id}"
     steps[pid] = Step(
         id=pid,
         action="package",
-        title=f"package {variant.package_name}-{version}-{build_string}.conda",
+        title=f"package {variant.package_name}-{version}-{bstring}.conda",
         key=package_key,
         needs=(f"stage:{variant.id}",),
-        data={"name": variant.package_name, "version": version, "build_string": build_string, "build_number": build_number,
-              "license": recipe.data["license"], "summary": variant.recipe.data["summary"],
-              "homepage": recipe.data.get("homepage"), "prefix": str(staged_prefix),
-              "out": str(layout.packages())},
+        data=PackageData(name=variant.package_name, version=version, build_string=bstring, build_number=build_number,
+                         license=recipe.data["license"], summary=variant.recipe.data["summary"],
+                         homepage=recipe.data.get("homepage"), prefix=str(staged_prefix),
+                         out=str(layout.packages(package_key)), depends=depends, glibc_from_elf=True),
     )
     return pid
 
 
+def claims(variant: Variant) -> list[str]:
+    """Pure: the prefix paths a variant's package owns, known before building: its subtree (as `root/`), or, for a
+    variant that installs into the prefix itself, its binaries; plus its links."""
+    own = [variant.root + "/"] if variant.root else [variant.in_prefix(rel) for rel in variant.binaries.values()]
+    return own + list(variant.links)
+
+
+def clobbers(owners: Mapping[str, Sequence[str]]) -> list[str]:
+    """Pure: every prefix path two packages would both install. A claim ending in '/' owns the whole subtree.
+
+    owners: package name -> its claims (or, after staging, its real file list)."""
+    problems = []
+    flat = sorted((path, pkg) for pkg, paths in owners.items() for path in paths)
+    for i, (a, pa) in enumerate(flat):
+        for b, pb in flat[i + 1:]:
+            if pa == pb:
+                continue
+            if a == b or (a.endswith("/") and b.startswith(a)) or (b.endswith("/") and a.startswith(b)):
+                problems.append(f"{pa} and {pb} would both install {min(a, b, key=len)}")
+    return problems
+
+
 def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layout, *, build_number: int | None = None,
-              only: set[str] | None = None) -> Plan:
+              only: set[str] | None = None, overrides: Mapping[str, Mapping[str, str]] | None = None,
+              version: str | None = None) -> Plan:
     bundle = project.bundle(bundle_name)
     bn = bundle.build_number if build_number is None else build_number
-    plan = Plan(bundle=bundle.name, version=bundle.version, build_number=bn, platform=bundle.platform, layout=layout, steps=[])
+    version = version or bundle.version
+    overrides = overrides or {}
+    plan = Plan(bundle=bundle.name, version=version, build_number=bn, platform=bundle.platform, layout=layout, steps=[])
     steps: dict[str, Step] = {}
     packages: list[str] = []
-    for variant in project.variants(bundle):
+    variants = project.variants(bundle)
+    known = {v.recipe.name for v in variants} | {v.id for v in variants}
+    for target in overrides:
+        if target not in known:
+            raise OnebitError(f"--set {target}.…: bundle {bundle.name!r} has no recipe or variant {target!r}",
+                              hint=f"it has: {', '.join(sorted(known))}")
+    owners = {v.package_name: claims(v) for v in variants}
+    problems = clobbers(owners)
+    if problems:
+        raise OnebitError(f"bundle {bundle.name!r}: two packages would install the same path:\n    " + "\n    ".join(problems),
+                          where=str(bundle.path), hint="give each backend variant its own stage.root (libexec/onebit/{variant})")
+    for variant in variants:
         if only and variant.id not in only and variant.recipe.name not in only:
             continue
         pins = [variant.recipe.pin_name] + [e["pin"] for e in variant.recipe.source.get("extra", [])]
@@ -274,25 +347,25 @@ def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layou
                 plan.refusals.append(f"{variant.id}: pin {pin.name!r} is unresolved ({pin.where}): {pin.unresolved}")
             continue
         plan.missing += missing_tools(variant, host.tools)
-        packages.append(_variant_steps(project, variant, host, layout, bn, bundle.version, steps))
+        packages.append(_variant_steps(project, variant, host, layout, bn, version, steps, apply_overrides(variant, overrides)))
     if packages:
         pkg_keys = [steps[p].key for p in packages]
-        meta_key = digest("meta", bundle.name, bundle.version, bn, pkg_keys)
+        meta_key = digest("meta", bundle.name, version, bn, pkg_keys)
         nxt = layout.next_out()
-        tar_name = f"onebit-{bundle.name}-{bundle.version}-{bn}-{bundle.platform}.tar.zst"
+        tar_name = f"onebit-{bundle.name}-{version}-{bn}-{bundle.platform}.tar.zst"
+        common = dict(name=f"onebit-bundle-{bundle.name}", summary=bundle.summary, packages=tuple(packages),
+                      out=str(layout.packages(meta_key)))
         bundle_steps = [
             Step("bundle:metapackage", "metapackage", f"metapackage onebit-bundle-{bundle.name} with share/onebit/manifest.json",
-                 meta_key, needs=tuple(packages),
-                 data={"name": f"onebit-bundle-{bundle.name}", "packages": packages, "summary": bundle.summary,
-                       "out": str(layout.packages())}),
+                 meta_key, needs=tuple(packages), data=BundleData(**common, dir=str(nxt))),
             Step("bundle:channel", "channel", "index a local conda channel (py-rattler index_fs)",
-                 digest("channel", meta_key), needs=("bundle:metapackage",), data={"dir": str(nxt / "channel")}),
+                 digest("channel", meta_key), needs=("bundle:metapackage",), data=BundleData(**common, dir=str(nxt / "channel"))),
             Step("bundle:tarball", "tarball", f"tar.zst of the installed tree: {tar_name}",
-                 digest("tarball", meta_key), needs=("bundle:channel",), data={"file": str(nxt / tar_name)}),
+                 digest("tarball", meta_key), needs=("bundle:channel",), data=BundleData(**common, dir=str(nxt / tar_name))),
             Step("bundle:checksums", "checksums", "SHA256SUMS of every artifact", digest("sums", meta_key),
-                 needs=("bundle:tarball",), data={"file": str(nxt / "SHA256SUMS")}),
+                 needs=("bundle:tarball",), data=BundleData(**common, dir=str(nxt / "SHA256SUMS"))),
             Step("bundle:publish", "publish", f"move the finished bundle into place: {layout.out}", digest("publish", meta_key),
-                 needs=("bundle:checksums",), data={"from": str(nxt), "to": str(layout.out)}),
+                 needs=("bundle:checksums",), data=BundleData(**common, dir=str(nxt), to=str(layout.out))),
         ]
         for s in bundle_steps:
             steps[s.id] = s

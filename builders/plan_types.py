@@ -37,6 +37,109 @@ class Command:
         return out
 
 
+# ---- typed step payloads: a typo fails when the plan is made, not as a KeyError halfway through a build ----------
+@dataclass(frozen=True)
+class FetchData:
+    pin: str
+    commit: str
+    dest: str
+
+
+@dataclass(frozen=True)
+class WheelsData:
+    dir: str
+    requirements: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ExtraSource:
+    pin: str
+    commit: str
+    into: str
+
+
+@dataclass(frozen=True)
+class SourceData:
+    dir: str  # stable per (pin commit, patch list): a changed patch resets this checkout and re-applies
+    pin: str
+    commit: str
+    patches: tuple[str, ...]
+    extra: tuple[ExtraSource, ...]
+    where: str
+
+
+@dataclass(frozen=True)
+class BuildData:
+    variant: str
+    kind: str
+    build_dir: str  # stable per variant so ninja rebuilds incrementally; .onebit-key says which key it holds
+    source_dir: str  # a build dir configured against another source dir is wiped first
+    fresh_dir: bool  # script kinds start from an empty dir
+    where: str
+
+
+@dataclass(frozen=True)
+class RecipeTest:
+    name: str
+    run: tuple[str, ...]  # argv; the first item relative to the variant's stage root
+    expect: str | None = None
+    needs: str | None = None
+    timeout: int = 120
+
+
+@dataclass(frozen=True)
+class StageData:
+    variant: str
+    package: str
+    stage_root: str  # the DESTDIR, swapped into place when staging passes
+    stage_tmp: str
+    tmp_prefix: str  # stage_tmp + INSTALL_PREFIX
+    prefix: str  # stage_root + INSTALL_PREFIX
+    root: str  # the variant's subtree of the prefix ("" = the prefix)
+    keep: tuple[str, ...]  # relative to root
+    binaries: Mapping[str, str]  # relative to root
+    links: Mapping[str, str]  # prefix-relative link -> root-relative target
+    backend: str | None
+    manifest_entry: Mapping[str, Any] | None
+    build_dir: str
+    home: str
+    tests: tuple[RecipeTest, ...]
+    test_values: Mapping[str, str]
+    where: str
+
+
+@dataclass(frozen=True)
+class PackageData:
+    name: str
+    version: str
+    build_string: str
+    build_number: int
+    license: str
+    summary: str
+    homepage: str | None
+    prefix: str  # the staged prefix whose files the package carries
+    out: str  # a directory of its own per cache key
+    depends: tuple[str, ...]  # run requirements known at plan time (virtual packages: __cuda, __python)
+    glibc_from_elf: bool  # add `__glibc >=X` from the highest GLIBC_ symbol version the staged ELF files need
+
+    @property
+    def file(self) -> Path:
+        return Path(self.out) / f"{self.name}-{self.version}-{self.build_string}.conda"
+
+
+@dataclass(frozen=True)
+class BundleData:
+    name: str  # the metapackage
+    summary: str
+    packages: tuple[str, ...]  # package step ids
+    out: str
+    dir: str  # the channel dir, tarball file or SHA256SUMS file this step writes (by action)
+    to: str = ""  # publish: the out dir
+
+
+Payload = FetchData | WheelsData | SourceData | BuildData | StageData | PackageData | BundleData
+
+
 @dataclass(frozen=True, eq=False)
 class Step:
     id: str
@@ -45,7 +148,7 @@ class Step:
     key: str
     commands: tuple[Command, ...] = ()
     needs: tuple[str, ...] = ()
-    data: Mapping[str, Any] = field(default_factory=dict)
+    data: Any = None  # one of the payload types above, by action
 
     def to_json(self) -> dict:
         return {
@@ -79,8 +182,8 @@ class Layout:
     def step_stamp(self, key: str) -> Path:
         return self.cache / "steps" / f"{key}.json"
 
-    def src(self, key: str) -> Path:
-        return self.work / "src" / key[:16]
+    def src(self, name: str) -> Path:
+        return self.work / "src" / name
 
     def build(self, variant_id: str) -> Path:
         return self.work / "build" / variant_id
@@ -95,8 +198,9 @@ class Layout:
         root = self.stage_tmp(variant_id) if tmp else self.stage(variant_id)
         return root / INSTALL_PREFIX.lstrip("/")
 
-    def packages(self) -> Path:
-        return self.work / "packages"
+    def packages(self, key: str) -> Path:
+        """Each package step writes into a directory named by its key: a stale file can never pass for a new one."""
+        return self.work / "packages" / key[:16]
 
     def next_out(self) -> Path:
         return self.work / "next-out"

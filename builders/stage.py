@@ -1,14 +1,20 @@
-"""stage: install into a DESTDIR, keep what the recipe packages, set RPATH $ORIGIN, check every ELF, describe it."""
+"""stage: install into a DESTDIR, keep what the recipe packages, set RPATH $ORIGIN, check every ELF, describe it.
+
+A variant with a `stage.root` lives in its own subtree of the prefix (libexec/onebit/<variant>/{bin,lib}), its
+libraries beside its programs through RUNPATH $ORIGIN/../lib, so two builds of llama.cpp never share a lib/."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from .errors import StageError
+from .plan_types import StageData
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -120,3 +126,112 @@ def check_rpaths(prefix: Path, forbidden: Sequence[tuple[str, str]]) -> list[str
         if path.is_file() and not path.is_symlink() and is_elf(path):
             problems += rpath_problems(path.relative_to(prefix).as_posix(), read_rpath(path), forbidden)
     return problems
+
+
+# ---- the whole stage step: the executor calls stage_variant and nothing else -----------------------------------
+KEY_FILE = ".onebit-key"
+
+
+def make_links(prefix: Path, root: str, links: Mapping[str, str]) -> None:
+    """Convenience symlinks (bin/llama-server-vulkan -> ../libexec/onebit/vulkan/bin/llama-server), relative."""
+    for link, target in links.items():
+        dest = prefix / link
+        goal = prefix / root / target if root else prefix / target
+        if not goal.exists():
+            raise StageError(f"link {link} points at {target}, which is not in the staged tree")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.is_symlink() or dest.exists():
+            dest.unlink()
+        dest.symlink_to(os.path.relpath(goal, dest.parent))
+
+
+def relocate_tree(prefix: Path, root: str) -> list[str]:
+    """relocate() for a variant whose files live in <prefix>/<root>: RPATHs reach <root>/lib."""
+    return relocate(prefix / root if root else prefix)
+
+
+def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) -> None:
+    base = prefix / data.root if data.root else prefix
+    for test in data.tests:
+        if test.needs:
+            log(f"[yellow]skip[/] test '{test.name}' of {data.variant}: needs {test.needs}")
+            continue
+        argv = [str(base / test.run[0])] + [a.format(**data.test_values) for a in test.run[1:]]
+        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, cwd=prefix, timeout=test.timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise StageError(f"recipe test '{test.name}' of {data.variant} did not finish in {test.timeout} s: "
+                             f"{' '.join(test.run)}", where=data.where,
+                             hint="the program hangs or waits for input; run it by hand from the staged tree") from None
+        except OSError as exc:
+            raise StageError(f"recipe test '{test.name}' of {data.variant} cannot run {test.run[0]}: {exc.strerror}",
+                             where=data.where, hint="check the test's run[0] against stage.binaries") from None
+        output = proc.stdout + proc.stderr
+        pattern = None
+        if test.expect:
+            pattern = test.expect
+            for k, v in data.test_values.items():
+                pattern = pattern.replace("{" + k + "}", v)
+        if proc.returncode != 0 or (pattern and not re.search(pattern, output)):
+            raise StageError(f"recipe test '{test.name}' failed for {data.variant}: "
+                             f"{' '.join(test.run)} exited {proc.returncode}; expected /{pattern}/\n{output[-1500:]}",
+                             where=data.where)
+        log(f"[green]ok[/] test '{test.name}' of {data.variant}")
+
+
+def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[], None],
+                  log: Callable[[str], None]) -> None:
+    """Install into a fresh DESTDIR (run_install), keep what the recipe packages, relocate, check, describe, test;
+    then swap the finished stage root into place with its key inside."""
+    tmp_root, tmp_prefix = Path(data.stage_tmp), Path(data.tmp_prefix)
+    shutil.rmtree(tmp_root, ignore_errors=True)
+    tmp_prefix.mkdir(parents=True)
+    run_install()
+    base = tmp_prefix / data.root if data.root else tmp_prefix
+    base.mkdir(parents=True, exist_ok=True)
+    stray = sorted(p.relative_to(tmp_prefix).as_posix() for p in tmp_prefix.rglob("*")
+                   if data.root and not p.is_dir() and not p.is_relative_to(base))
+    if stray:
+        raise StageError(f"{data.variant} installed {len(stray)} file(s) outside its subtree {data.root}/ "
+                         f"(first: {stray[0]})", where=data.where,
+                         hint="its build must install under CMAKE_INSTALL_PREFIX; fix the recipe's install step")
+    prune(base, data.keep)
+    relocate_tree(tmp_prefix, data.root)
+    forbidden = [("the build tree", data.build_dir), ("the work dir", str(work)), ("$HOME", data.home)]
+    problems = check_rpaths(tmp_prefix, forbidden)
+    if problems:
+        raise StageError("RPATH check failed:\n    " + "\n    ".join(problems),
+                         hint="a binary would load libraries from the build machine; fix the recipe's link flags")
+    for name, rel in data.binaries.items():
+        if not (base / rel).exists():
+            raise StageError(f"binary {name!r} ({rel}) is not in the staged tree", where=data.where,
+                             hint="check stage.binaries and stage.keep in the recipe")
+    make_links(tmp_prefix, data.root, data.links)
+    if data.manifest_entry:
+        entry_file = tmp_prefix / "share" / "onebit" / "backends" / f"{data.variant}.json"
+        entry_file.parent.mkdir(parents=True, exist_ok=True)
+        entry_file.write_text(json.dumps({"backend": data.backend, **data.manifest_entry}, indent=2, sort_keys=True))
+    run_recipe_tests(data, tmp_prefix, log)
+    (tmp_root / KEY_FILE).write_text(key + "\n")
+    from .package import replace_dir
+
+    replace_dir(tmp_root, Path(data.stage_root))
+
+
+def staged_files(prefix: Path) -> list[str]:
+    """Every file and link of a staged prefix, relative, sorted (what its package will install)."""
+    return sorted(p.relative_to(prefix).as_posix() for p in prefix.rglob("*") if not p.is_dir() or p.is_symlink())
+
+
+_GLIBC = re.compile(rb"GLIBC_(\d+)\.(\d+)(?:\.(\d+))?\x00")
+
+
+def glibc_needed(prefix: Path) -> str | None:
+    """The highest GLIBC_x.y symbol version any staged ELF file refers to (its version-needs strings), or None."""
+    best: tuple[int, ...] = ()
+    for path in prefix.rglob("*"):
+        if path.is_file() and not path.is_symlink() and is_elf(path):
+            for m in _GLIBC.finditer(path.read_bytes()):
+                best = max(best, tuple(int(g) for g in m.groups() if g is not None))
+    return ".".join(map(str, best)) if best else None

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 def test_fetched_through_the_sdist_mirror_and_patched(cpu_bundle):
     assert "fetch:llama.cpp" in cpu_bundle.report.ran and "build:cpu" in cpu_bundle.report.ran
     assert any(p.name.startswith("llama_cpp_python-0.3.36") for p in (cpu_bundle.layout.cache / "downloads").rglob("*.tar.gz"))
-    src = Path(cpu_bundle.plan.step("source:llama.cpp@0c1e570+1p").data["dir"])
+    src = Path(cpu_bundle.plan.step("source:llama.cpp@0c1e570+1p").data.dir)
     head = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     assert head == PINNED
     # our patch is in the tree that was built

@@ -9,6 +9,7 @@ import pytest
 
 from builders import config
 from builders.cli import main
+from builders.errors import OnebitError
 from builders.config import Tool
 from builders.host import HostFacts, ToolFact
 from builders.plan import all_tools, expand, make_plan, missing_tools
@@ -58,7 +59,7 @@ def cmd(plan, step_id, index=0):
 
 def test_cmake_commands_are_exact():
     plan = make_plan(PROJECT, "cpu", facts(), LAYOUT, build_number=42)
-    src = plan.step("source:llama.cpp@0c1e570+1p").data["dir"]
+    src = plan.step("source:llama.cpp@0c1e570+1p").data.dir
     configure = cmd(plan, "build:cpu", 0)
     assert configure.argv[:3] == ("unshare", "--net", "--")
     argv = configure.argv[3:]
@@ -90,7 +91,7 @@ def test_lean_rocm_variant_builds_gfx1151_w4a4():
     c = cmd(plan, "build:lean-rocm", 0)
     assert {"-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DGGML_HIP_ROCMI4_W4A4=ON"} <= set(c.argv)
     assert dict(c.env)["ROCM_PATH"] == "/tc/ONEBIT_LEAN_ROCM_TOOLCHAIN"
-    assert plan.step("stage:lean-rocm").data["manifest_entry"]["devices"] == ["ROCm0"]
+    assert plan.step("stage:lean-rocm").data.manifest_entry["devices"] == ["ROCm0"]
     assert "-DGGML_VULKAN=ON" in cmd(plan, "build:lean-vulkan", 0).argv
 
 
@@ -121,7 +122,7 @@ def test_build_number_changes_package_but_not_fetch():
     b = make_plan(PROJECT, "cpu", facts(), LAYOUT, build_number=2)
     assert a.step("fetch:llama.cpp").key == b.step("fetch:llama.cpp").key
     assert a.step("package:cpu").key != b.step("package:cpu").key
-    assert a.step("package:cpu").data["build_string"] == "default_h0c1e570_1"
+    assert a.step("package:cpu").data.build_string == "default_h0c1e570_1"
 
 
 def test_missing_toolchains_one_line_each_with_the_variable():
@@ -151,9 +152,9 @@ def test_unresolved_pin_refuses_its_recipe(tmp_path):
 
 
 def test_unknown_placeholder_names_the_recipe():
-    with pytest.raises(KeyError) as err:
+    with pytest.raises(OnebitError) as err:
         expand("{nope}", {"source": "/s"}, "recipes/x.yaml")
-    assert "recipes/x.yaml: unknown placeholder {nope}" in str(err.value)
+    assert "recipes/x.yaml: unknown placeholder {nope}" in str(err.value) and "{source}" in str(err.value)
 
 
 def test_cli_plan_strix_succeeds_here(capsys):
