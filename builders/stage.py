@@ -181,7 +181,7 @@ def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) 
 
 
 def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[], None],
-                  log: Callable[[str], None]) -> None:
+                  log: Callable[[str], None], cache: Path | None = None) -> None:
     """Install into a fresh DESTDIR (run_install), keep what the recipe packages, relocate, check, describe, test;
     then swap the finished stage root into place with its key inside."""
     tmp_root, tmp_prefix = Path(data.stage_tmp), Path(data.tmp_prefix)
@@ -213,6 +213,14 @@ def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[
         entry_file.parent.mkdir(parents=True, exist_ok=True)
         entry_file.write_text(json.dumps({"backend": data.backend, **data.manifest_entry}, indent=2, sort_keys=True))
     run_recipe_tests(data, tmp_prefix, log)
+    from .release.repro import drop_bytecode, scan_tree
+
+    drop_bytecode(tmp_prefix)  # no .pyc ships: they hold build paths and differ between builds
+    leaks = scan_tree(tmp_prefix, forbidden + ([("the cache dir", str(cache))] if cache else []))
+    if leaks:
+        raise StageError(f"{data.variant}: {len(leaks)} shipped file(s) contain a build machine path:\n    "
+                         + "\n    ".join(leaks[:20]), where=data.where,
+                         hint="map the path away (-ffile-prefix-map is set for C/C++/CUDA/Rust) or drop the file (stage.keep)")
     (tmp_root / KEY_FILE).write_text(key + "\n")
     from .package import replace_dir
 

@@ -1,15 +1,20 @@
 """`1bit-build release` on the mini project: two clones in two work dirs give byte-identical artifacts."""
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import subprocess
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
+import zstandard
 from mini_project import git, make_mini
 
 from builders.cli import main
-from builders.release import repro
+from builders.release import lemonade, repro
 
 TAG = "v2026.48"
 
@@ -41,13 +46,19 @@ def mini(tmp_path):
     # __FILE__ is an absolute path under the work dir unless the build maps it away
     main_c = (m.upstream / "main.c").read_text().replace('greet();', 'greet(); if (argc > 2) puts(__FILE__);')
     (m.upstream / "main.c").write_text(main_c)
-    git(m.upstream, "add", "LICENSE", "main.c")
+    cmake = (m.upstream / "CMakeLists.txt").read_text() + "set_target_properties(hello PROPERTIES OUTPUT_NAME llama-server)\n"
+    (m.upstream / "CMakeLists.txt").write_text(cmake)
+    git(m.upstream, "add", "LICENSE", "main.c", "CMakeLists.txt")
     git(m.upstream, "commit", "-qm", "license")
     commit = git(m.upstream, "rev-parse", "HEAD")
     git(m.upstream, "tag", "-f", "v1.0")
     m.set_pin(commit=commit)
     recipe = m.recipe()
     recipe["build"]["build_type"] = "RelWithDebInfo"  # debug info records the build dir
+    recipe["stage"] = {"root": "libexec/onebit/{variant}", "keep": ["bin/llama-server", "lib/libgreet.so*"],
+                       "binaries": {"llama-server": "bin/llama-server"},
+                       "links": {"bin/llama-server-{variant}": "bin/llama-server"}}
+    recipe["tests"] = [{"name": "the patched greeting", "run": ["bin/llama-server"], "expect": "hello from onebit"}]
     m.write_recipe(recipe)
     m.commit = commit
     return m
@@ -66,3 +77,23 @@ def test_two_release_builds_are_byte_identical(mini, tmp_path, monkeypatch):
     assert repro.compare_dirs(a, b, shipped) == []
     assert (a / "SHA256SUMS").read_text() == (b / "SHA256SUMS").read_text()
     assert os.path.getsize(a / "sbom.cdx.json") > 0
+    assert f"llama-{TAG}-bin-ubuntu-hello-x64.tar.gz" in names
+    assert lemonade.contract_problems(a / f"llama-{TAG}-bin-ubuntu-hello-x64.tar.gz") == []
+    # every .conda carries its upstream's license under info/licenses/
+    for conda in (a / n for n in names if n.startswith("onebit-hello")):
+        with zipfile.ZipFile(conda) as z:
+            info = next(n for n in z.namelist() if n.startswith("info-"))
+            raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(z.read(info))).read()
+            with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+                assert "info/licenses/LICENSE" in tar.getnames()
+                assert b"Apache License" in tar.extractfile("info/licenses/LICENSE").read()
+            assert not any(n.endswith(".pyc") for n in z.namelist())
+
+    # Lemonade's layout, offline, checked against the fragment; the installed server runs with no LD_LIBRARY_PATH
+    cache = tmp_path / "lemonade"
+    assert main(["lemonade", "install", str(a / f"llama-{TAG}-bin-ubuntu-hello-x64.tar.gz"), "--cache", str(cache),
+                 "--fragment", str(a / "backend_versions.json")]) == 0
+    server = cache / "bin/llamacpp/hello/bin/llama-server"
+    run = subprocess.run([server], capture_output=True, text=True, check=True, env={"PATH": os.defpath})
+    assert run.stdout == "hello from onebit\n"
+    assert (cache / "bin/llamacpp/hello/version.txt").read_text() == TAG

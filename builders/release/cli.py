@@ -55,10 +55,10 @@ def _built(args, project, name: str, tag: str, *, build: bool):
                           hint=f"build the bundle first: 1bit-build build {name}")
     pins = set()
     for s in plan.steps:
-        if s.action == "source" and s.data.get("pin"):
-            pins.add(s.data["pin"])
-            pins.update(e["pin"] for e in s.data.get("extra", []))
-    wheels = sorted(w for s in plan.steps if s.action == "wheels" for w in Path(s.data["dir"]).glob("*.whl"))
+        if s.action == "source" and getattr(s.data, "pin", None):
+            pins.add(s.data.pin)
+            pins.update(e.pin for e in s.data.extra)
+    wheels = sorted(w for s in plan.steps if s.action == "wheels" for w in Path(s.data.dir).glob("*.whl"))
     return BuiltBundle(name=name, tarball=tarballs[0], packages=sorted((out / "channel").rglob("*.conda")),
                        pins=sorted(pins), wheels=wheels,
                        toolchain={k: f.version for k, f in facts.tools.items() if getattr(f, "version", None)})

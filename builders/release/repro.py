@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+PREFIX_MAPS = "file-prefix-map-1"  # in every build key: builds from before the maps are not reused
+
 # Environment variables read by the compilers the recipes use (CMake reads CFLAGS/CXXFLAGS/CUDAFLAGS/HIPFLAGS on the
 # first configure; cargo reads RUSTFLAGS). zig has no prefix map; zinc builds ReleaseFast (no debug info).
 C_LIKE = ("CFLAGS", "CXXFLAGS", "HIPFLAGS", "OBJCFLAGS")
@@ -108,3 +110,19 @@ def compare_dirs(a: Path, b: Path, names: Sequence[str] | None = None, *, diffos
                                    capture_output=True, text=True, check=False, timeout=600)
             problems += ["    " + line for line in proc.stdout.splitlines()[:max_lines]]
     return problems
+
+
+def drop_bytecode(prefix: Path) -> list[str]:
+    """Delete every __pycache__ and .pyc/.pyo below `prefix` (they embed build paths and times); return what went."""
+    import shutil as _shutil
+
+    gone = []
+    for path in sorted(prefix.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_symlink():
+            continue
+        if path.is_file() and path.suffix in (".pyc", ".pyo"):
+            gone.append(path.relative_to(prefix).as_posix())
+            path.unlink()
+        elif path.is_dir() and path.name == "__pycache__":
+            _shutil.rmtree(path)
+    return gone
