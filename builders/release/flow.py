@@ -124,6 +124,7 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
         rel.mkdir()
         lic = license_files(root, pins, used, git_cache, tmp / "scratch")
         backends: dict[str, Path] = {}
+        params = lemonade_params(config.lemonade, {k: v for b in built for k, v in b.toolchain.items()})
         for b in built:
             for pkg in b.packages:
                 _place(pkg, rel)
@@ -131,8 +132,8 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             tarball = repack(b.tarball, rel / f"{name}.tar.zst", name, lic, mtime=mtime)
             prefix = extract_tree(tarball, tmp / "prefix" / b.name)
             for _, backend, archive in lemonade.make_archives(prefix, tmp / "lemonade" / b.name, tag, lic, mtime=mtime,
-                                                              params=config.lemonade):
-                backends[backend] = _place(archive, rel)
+                                                              params=params):
+                backends[archive.name] = _place(archive, rel)
         if backends:
             frag = lemonade.fragment(config.repo, tag, backends)
             (rel / "backend_versions.json").write_text(json.dumps(frag, indent=2) + "\n")
@@ -165,6 +166,18 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
         shutil.rmtree(old, ignore_errors=True)
     files = sorted(p for p in out.iterdir() if p.is_file() and p.name != "SHA256SUMS")
     return files + [out / "SHA256SUMS"]
+
+
+def lemonade_params(configured: Mapping[str, dict], toolchain: Mapping[str, str]) -> dict[str, dict]:
+    """Pure: the configured asset-name parameters, with lean-rocm's ROCm major.minor from the toolchain when unset."""
+    import re
+
+    params = {k: dict(v) for k, v in configured.items()}
+    rocm = next((v for k, v in sorted(toolchain.items()) if k.startswith(("hipconfig", "amdclang")) and v), None)
+    m = re.match(r"^(\d+)\.(\d+)", rocm or "")
+    if m:
+        params.setdefault("lean-rocm", {}).setdefault("rocm", f"{m[1]}.{m[2]}")
+    return params
 
 
 def _has_rev(root: Path, rev: str) -> bool:

@@ -99,10 +99,12 @@ def make_archives(prefix: Path, out: Path, tag: str, licenses: Mapping[str, Path
         root = entry.get("root") or str(PurePosixPath(entry["binaries"][SERVER]).parent.parent)
         variant = PurePosixPath(root).name
         extra = dict((params or {}).get(variant, {}))
-        name = asset_name(variant, tag, rocm=extra.get("rocm"), cuda_arch=extra.get("cuda_arch"))
-        top = name.removesuffix(".tar.gz").removesuffix(".tar.xz")
-        path = write_tar(out / name, top, archive_files(prefix, root, licenses), mtime=mtime)
-        made.append((variant, backend, path))
+        archs = extra.get("cuda_arch")
+        for arch in archs if isinstance(archs, list) else [archs]:  # one asset per sm_xx a multi-arch build carries
+            name = asset_name(variant, tag, rocm=extra.get("rocm"), cuda_arch=arch)
+            top = name.removesuffix(".tar.gz").removesuffix(".tar.xz")
+            path = write_tar(out / name, top, archive_files(prefix, root, licenses), mtime=mtime)
+            made.append((variant, backend, path))
     return made
 
 
