@@ -122,6 +122,14 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
         tmp = Path(tmp_name)
         rel = tmp / "release"
         rel.mkdir()
+        dists: set[tuple[str, str]] = set()
+        pins_used: set[str] = set()
+        prefixes = {}
+        for b in built:  # what each bundle holds: its manifest's pins, its vendored Python distributions
+            prefixes[b.name] = extract_tree(b.tarball, tmp / "prefix" / b.name)
+            dists.update(installed_dists(prefixes[b.name]))
+            pins_used.update(manifest_pins(prefixes[b.name]))
+        used = sorted(set(used) | (pins_used & set(pins)))
         lic = license_files(root, pins, used, git_cache, tmp / "scratch")
         backends: dict[str, Path] = {}
         params = lemonade_params(config.lemonade, {k: v for b in built for k, v in b.toolchain.items()})
@@ -129,8 +137,8 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             for pkg in b.packages:
                 _place(pkg, rel)
             name = tarball_name(tag, b.name, len(built) > 1)
-            tarball = repack(b.tarball, rel / f"{name}.tar.zst", name, lic, mtime=mtime)
-            prefix = extract_tree(tarball, tmp / "prefix" / b.name)
+            repack(b.tarball, rel / f"{name}.tar.zst", name, lic, mtime=mtime)
+            prefix = prefixes[b.name]
             for _, backend, archive in lemonade.make_archives(prefix, tmp / "lemonade" / b.name, tag, lic, mtime=mtime,
                                                               params=params):
                 backends[archive.name] = _place(archive, rel)
@@ -147,8 +155,9 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
         toolchain = {k: v for b in built for k, v in b.toolchain.items()}
         (rel / "sbom.cdx.json").write_text(sbom.make_sbom(
             tag=tag, version=tags.version(tag),
-            pins=[sbom.PinInfo(n, pins[n].get("url", ""), pins[n]["commit"], pins[n].get("license")) for n in used],
-            patches=patches, wheels=sorted({w for b in built for w in b.wheels}), toolchain=toolchain,
+            pins=[sbom.PinInfo(n, pins[n].get("url", ""), pins[n]["commit"], pins[n].get("license"))
+                  for n in used if pins[n].get("commit")],
+            patches=patches, wheels=[*sorted({w for b in built for w in b.wheels}), *sorted(dists)], toolchain=toolchain,
             timestamp=dt.datetime.fromtimestamp(mtime, tz=dt.UTC)))
         prev_rev = previous_tag if previous_tag and _has_rev(root, previous_tag) else None
         doc = changes.make_changes(tag=tag, previous_tag=previous_tag, date=date.isoformat(), repo=root,
@@ -166,6 +175,25 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
         shutil.rmtree(old, ignore_errors=True)
     files = sorted(p for p in out.iterdir() if p.is_file() and p.name != "SHA256SUMS")
     return files + [out / "SHA256SUMS"]
+
+
+def installed_dists(prefix: Path) -> set[tuple[str, str]]:
+    """(name, version) of every Python distribution vendored in an installed prefix (its *.dist-info/METADATA)."""
+    found = set()
+    for meta in prefix.rglob("*.dist-info/METADATA"):
+        fields = dict(line.split(": ", 1) for line in meta.read_text(errors="replace").splitlines()[:20] if ": " in line)
+        if fields.get("Name") and fields.get("Version"):
+            found.add((fields["Name"], fields["Version"]))
+    return found
+
+
+def manifest_pins(prefix: Path) -> set[str]:
+    """The pins the bundle manifest says its backends were built from."""
+    path = prefix / "share/onebit/manifest.json"
+    if not path.is_file():
+        return set()
+    doc = json.loads(path.read_text())
+    return {(b.get("source") or {}).get("pin") for b in doc.get("backends", {}).values()} - {None}
 
 
 def lemonade_params(configured: Mapping[str, dict], toolchain: Mapping[str, str]) -> dict[str, dict]:

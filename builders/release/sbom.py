@@ -56,6 +56,14 @@ def wheel_component(path: Path) -> Component:
                      properties=[Property(name="onebit:vendored-wheel", value=path.name)])
 
 
+def dist_component(name: str, version: str) -> Component:
+    """A vendored Python distribution found installed in the bundle (its *.dist-info)."""
+    norm = re.sub(r"[-_.]+", "-", name).lower()
+    return Component(name=norm, version=version, type=ComponentType.LIBRARY, bom_ref=f"pypi:{norm}@{version}",
+                     purl=PackageURL(type="pypi", name=norm, version=version),
+                     properties=[Property(name="onebit:vendored", value="python")])
+
+
 def pin_component(pin: PinInfo, patches: Sequence[Path]) -> Component:
     pedigree = None
     if patches:
@@ -81,7 +89,11 @@ def make_sbom(*, tag: str, version: str, pins: Sequence[PinInfo], patches: Mappi
                             licenses=[LicenseExpression("Apache-2.0")], properties=[Property(name="onebit:tag", value=tag)]),
         tools=ToolRepository(components=tools), timestamp=timestamp)
     components = [pin_component(p, [Path(x) for x in patches.get(p.name, ())]) for p in sorted(pins, key=lambda p: p.name)]
-    components += [wheel_component(Path(w)) for w in sorted(wheels, key=lambda w: Path(w).name)]
+    dists = sorted({w for w in wheels if isinstance(w, tuple)})
+    files = sorted((Path(w) for w in wheels if not isinstance(w, tuple)), key=lambda w: w.name)
+    components += [wheel_component(w) for w in files]
+    seen = {(c.name, c.version) for c in components}
+    components += [dist_component(n, v) for n, v in dists if (re.sub(r"[-_.]+", "-", n).lower(), v) not in seen]
     bom = Bom(components=components, metadata=meta, serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"1bit-engine/{tag}"))
     bom.register_dependency(meta.component, components)
     return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
