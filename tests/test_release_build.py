@@ -97,3 +97,30 @@ def test_two_release_builds_are_byte_identical(mini, tmp_path, monkeypatch):
     run = subprocess.run([server], capture_output=True, text=True, check=True, env={"PATH": os.defpath})
     assert run.stdout == "hello from onebit\n"
     assert (cache / "bin/llamacpp/hello/version.txt").read_text() == TAG
+
+
+def test_release_publish_and_respin(mini, tmp_path, monkeypatch):
+    from test_release_publish import REPO, TOKEN, Fake
+
+    fake = Fake()
+    try:
+        monkeypatch.setenv("ONEBIT_GITHUB_API", fake.url)
+        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+        monkeypatch.setenv("ONEBIT_RELEASE_REPO", REPO)
+        root = clone(mini, tmp_path / "clone")
+        base = tmp_path / "b"
+        argv = ["--root", str(root), "--cache", str(base / "cache"), "--work", str(base / "w"), "--out", str(base / "o"),
+                "release", "mini", "--date", "2026-11-29", "--offline", "--publish"]
+        assert main([*argv, "--out", str(base / "r1")]) == 0
+        rel = fake.releases[1]
+        assert (rel["tag_name"], rel["draft"]) == (TAG, False)
+        assert sorted(a["name"] for a in fake.assets.values()) == sorted(p.name for p in (base / "r1").iterdir())
+        assert (base / "r1" / "notes.md").read_text() == rel["body"]
+        # the same week again: the tag exists in the release store, so this is the first respin
+        assert main([*argv, "--out", str(base / "r2")]) == 0
+        assert fake.releases[2]["tag_name"] == f"{TAG}.1"
+        assert (base / "r2" / f"1bit-{TAG}.1-linux-x86_64.tar.zst").is_file()
+        changes = (base / "r2" / "changes.json").read_text()
+        assert f'"previous_tag": "{TAG}"' in changes
+    finally:
+        fake.close()

@@ -117,3 +117,24 @@ def test_config(tmp_path):
     (tmp_path / "release.yaml").write_text("repo: o/r\nlemonade:\n  lean-rocm: {rocm: '7.1'}\n")
     assert flow.load_config(tmp_path, {}).lemonade == {"lean-rocm": {"rocm": "7.1"}}
     assert flow.load_config(tmp_path, {"ONEBIT_RELEASE_REPO": "x/y"}).repo == "x/y"
+
+
+@pytest.mark.parametrize("configured, toolchain, expected", [
+    ({}, {}, {}),
+    ({}, {"hipconfig@ONEBIT_LEAN_ROCM_TOOLCHAIN": "7.1.25300"}, {"lean-rocm": {"rocm": "7.1"}}),
+    ({"lean-rocm": {"rocm": "6.4"}}, {"hipconfig": "7.1.0"}, {"lean-rocm": {"rocm": "6.4"}}),
+    ({"cuda": {"cuda_arch": ["sm_90"]}}, {"gcc": "12.2"}, {"cuda": {"cuda_arch": ["sm_90"]}}),
+])
+def test_lemonade_params(configured, toolchain, expected):
+    assert flow.lemonade_params(configured, toolchain) == expected
+
+
+def test_installed_dists_and_manifest_pins(tmp_path):
+    meta = tmp_path / "lib/onebit/python/numpy-2.4.6.dist-info/METADATA"
+    meta.parent.mkdir(parents=True)
+    meta.write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 2.4.6\n\nlong text: with colon\n")
+    (tmp_path / "share/onebit").mkdir(parents=True)
+    (tmp_path / "share/onebit/manifest.json").write_text(
+        '{"backends": {"cpu": {"source": {"pin": "llama.cpp"}}, "x": {"source": null}}}')
+    assert flow.installed_dists(tmp_path) == {("numpy", "2.4.6")}
+    assert flow.manifest_pins(tmp_path) == {"llama.cpp"}
