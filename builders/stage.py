@@ -213,10 +213,10 @@ def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[
         entry_file.parent.mkdir(parents=True, exist_ok=True)
         entry_file.write_text(json.dumps({"backend": data.backend, **data.manifest_entry}, indent=2, sort_keys=True))
     run_recipe_tests(data, tmp_prefix, log)
-    from .release.repro import drop_bytecode, scan_tree
+    from .release.repro import builder_python_env, drop_bytecode, scan_tree
 
     drop_bytecode(tmp_prefix)  # no .pyc ships: they hold build paths and differ between builds
-    leaks = scan_tree(tmp_prefix, forbidden + ([("the cache dir", str(cache))] if cache else []))
+    leaks = scan_tree(tmp_prefix, forbidden + ([("the cache dir", str(cache))] if cache else []) + builder_python_env())
     if leaks:
         raise StageError(f"{data.variant}: {len(leaks)} shipped file(s) contain a build machine path:\n    "
                          + "\n    ".join(leaks[:20]), where=data.where,

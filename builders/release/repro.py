@@ -126,3 +126,11 @@ def drop_bytecode(prefix: Path) -> list[str]:
         elif path.is_dir() and path.name == "__pycache__":
             _shutil.rmtree(path)
     return gone
+
+
+def builder_python_env() -> list[tuple[str, str]]:
+    """The builder's virtual environment as a forbidden root (pip writes its interpreter into script shebangs);
+    nothing for a system Python, whose prefix (/usr) is no build-machine path."""
+    import sys
+
+    return [("the builder's Python environment", sys.prefix)] if sys.prefix != sys.base_prefix else []
