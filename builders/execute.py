@@ -175,7 +175,10 @@ class Executor:
         (build_dir / KEY_FILE).write_text(step.key + "\n")
 
     def _do_stage(self, step: Step, progress, task) -> None:
-        stage.stage_variant(step.data, self.layout.work, step.key, cache=self.layout.cache,
+        from .release.repro import wheel_digests
+
+        verbatim = wheel_digests(Path(s.data.dir) for s in self.plan.steps if s.action == "wheels")
+        stage.stage_variant(step.data, self.layout.work, step.key, cache=self.layout.cache, verbatim=verbatim,
                             run_install=lambda: self._run_commands(step, step.commands, progress, task),
                             log=self.console.log)
 
