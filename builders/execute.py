@@ -175,10 +175,10 @@ class Executor:
         (build_dir / KEY_FILE).write_text(step.key + "\n")
 
     def _do_stage(self, step: Step, progress, task) -> None:
-        from .release.repro import wheel_digests
+        from .release.repro import wheel_members
 
-        verbatim = wheel_digests(Path(s.data.dir) for s in self.plan.steps if s.action == "wheels")
-        stage.stage_variant(step.data, self.layout.work, step.key, cache=self.layout.cache, verbatim=verbatim,
+        vendored = wheel_members(Path(s.data.dir) for s in self.plan.steps if s.action == "wheels")
+        stage.stage_variant(step.data, self.layout.work, step.key, cache=self.layout.cache, vendored=vendored,
                             run_install=lambda: self._run_commands(step, step.commands, progress, task),
                             log=self.console.log)
 

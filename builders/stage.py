@@ -181,7 +181,7 @@ def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) 
 
 
 def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[], None],
-                  log: Callable[[str], None], cache: Path | None = None, verbatim: frozenset[str] = frozenset()) -> None:
+                  log: Callable[[str], None], cache: Path | None = None, vendored: Mapping[str, Path] | None = None) -> None:
     """Install into a fresh DESTDIR (run_install), keep what the recipe packages, relocate, check, describe, test;
     then swap the finished stage root into place with its key inside."""
     tmp_root, tmp_prefix = Path(data.stage_tmp), Path(data.tmp_prefix)
@@ -217,7 +217,7 @@ def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[
 
     drop_bytecode(tmp_prefix)  # no .pyc ships: they hold build paths and differ between builds
     leaks = scan_tree(tmp_prefix, forbidden + ([("the cache dir", str(cache))] if cache else []) + builder_python_env(),
-                      verbatim)
+                      vendored)
     if leaks:
         raise StageError(f"{data.variant}: {len(leaks)} shipped file(s) contain a build machine path:\n    "
                          + "\n    ".join(leaks[:20]), where=data.where,

@@ -67,19 +67,19 @@ def test_scan_tree(tmp_path):
     assert found[0].endswith("at byte 8)") and "'/w/work/lib.so'" in found[1]
 
 
-def test_files_vendored_verbatim_from_a_wheel_are_not_leaks(tmp_path):
+def test_files_vendored_from_a_wheel_keep_their_builders_paths(tmp_path):
     import zipfile
     so = b"\x7fELF /root/usr/lib/gcc/include from the wheel builder"
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     with zipfile.ZipFile(wheels / "yaml-6.0-cp311-cp311-manylinux_x86_64.whl", "w") as z:
         z.writestr("yaml/_yaml.so", so)
-        z.writestr("yaml-6.0.dist-info/RECORD", f"yaml/_yaml.so,sha256={repro.record_digest(so)},{len(so)}\n")
-    (tmp_path / "p/lib").mkdir(parents=True)
-    (tmp_path / "p/lib/_yaml.so").write_bytes(so)
-    (tmp_path / "p/lib/ours.so").write_bytes(so + b" but rebuilt by us")
-    forbidden = [("$HOME", "/root")]
-    verbatim = repro.wheel_digests([wheels])
-    found = repro.scan_tree(tmp_path / "p", forbidden, verbatim)
-    assert [p.split(":")[0] for p in found] == ["lib/ours.so"]
-    assert len(repro.scan_tree(tmp_path / "p", forbidden)) == 2
+    (tmp_path / "p/lib/python/yaml").mkdir(parents=True)
+    (tmp_path / "p/lib/python/yaml/_yaml.so").write_bytes(so + b" RPATH patched by stage")
+    (tmp_path / "p/lib/python/yaml/extra.so").write_bytes(so)  # not a file of the wheel
+    (tmp_path / "p/lib/python/yaml/_yaml2.so").write_bytes(b"/root/.cache/onebit/x")
+    forbidden = [("$HOME", "/root"), ("cache dir", "/root/.cache/onebit")]
+    found = repro.scan_tree(tmp_path / "p", forbidden, repro.wheel_members([wheels]))
+    assert [p.split(":")[0] for p in found] == ["lib/python/yaml/_yaml2.so", "lib/python/yaml/_yaml2.so",
+                                                 "lib/python/yaml/extra.so"]
+    assert len(repro.scan_tree(tmp_path / "p", forbidden)) == 4

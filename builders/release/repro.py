@@ -76,42 +76,45 @@ def leak_problems(rel: str, data: bytes, forbidden: Sequence[tuple[str, str]]) -
     return problems
 
 
-def record_digest(data: bytes) -> str:
-    """A wheel RECORD's digest form: urlsafe base64 of the sha256, without padding."""
-    import base64
-    import hashlib
-
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def wheel_digests(wheel_dirs: Iterable[Path]) -> frozenset[str]:
-    """The RECORD digests of every file in these wheels: what a recipe vendors byte for byte from upstream."""
+def wheel_members(wheel_dirs: Iterable[Path]) -> dict[str, Path]:
+    """Every file inside these wheels (member path -> the wheel holding it): what a recipe vendors from upstream."""
     import zipfile
 
-    out = set()
+    out = {}
     for d in wheel_dirs:
         for whl in sorted(Path(d).glob("*.whl")):
             with zipfile.ZipFile(whl) as z:
                 for name in z.namelist():
-                    if name.endswith(".dist-info/RECORD"):
-                        for line in z.read(name).decode(errors="replace").splitlines():
-                            parts = line.rsplit(",", 2)
-                            if len(parts) == 3 and parts[1].startswith("sha256="):
-                                out.add(parts[1].removeprefix("sha256="))
-    return frozenset(out)
+                    if not name.endswith("/"):
+                        out[name] = whl
+    return out
 
 
-def scan_tree(prefix: Path, forbidden: Sequence[tuple[str, str]], verbatim: frozenset[str] = frozenset()) -> list[str]:
+def _vendored_leak(rel: str, problems: list[str], forbidden, vendored: Mapping[str, Path]) -> bool:
+    """True when `rel` is a file of a vendored upstream wheel that already holds these same paths (its builder's,
+    e.g. manylinux builds as root, so `/root/...`): stage may have patched its RPATH, so bytes are not compared."""
+    import zipfile
+
+    parts = rel.split("/")
+    for i in range(len(parts)):
+        member = "/".join(parts[i:])
+        if member in vendored:
+            with zipfile.ZipFile(vendored[member]) as z:
+                theirs = {p.split(" (")[0].split(": ", 1)[1] for p in leak_problems(member, z.read(member), forbidden)}
+            ours = {p.split(" (")[0].split(": ", 1)[1] for p in problems}
+            return ours <= theirs
+    return False
+
+
+def scan_tree(prefix: Path, forbidden: Sequence[tuple[str, str]], vendored: Mapping[str, Path] | None = None) -> list[str]:
     """Every leak in the regular files below `prefix` (symlinks are not followed: their targets are checked apart).
-
-    A file whose bytes are exactly a file of a vendored upstream wheel (`verbatim`, RECORD digests) is not ours: its
-    paths are the wheel builder's (manylinux builds as root, so `/root/...` is common there)."""
+    A file of a vendored upstream wheel whose wheel copy holds the same paths is not our leak."""
     problems = []
     for path in sorted(prefix.rglob("*")):
         if path.is_file() and not path.is_symlink():
-            data = path.read_bytes()
-            found = leak_problems(path.relative_to(prefix).as_posix(), data, forbidden)
-            if found and verbatim and record_digest(data) in verbatim:
+            rel = path.relative_to(prefix).as_posix()
+            found = leak_problems(rel, path.read_bytes(), forbidden)
+            if found and vendored and _vendored_leak(rel, found, forbidden, vendored):
                 continue
             problems += found
         elif path.is_symlink():
