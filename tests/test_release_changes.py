@@ -101,7 +101,9 @@ def test_missing_cache_and_first_release(world):
     doc = changes.make_changes(tag="v2026.48", previous_tag=None, date="2026-11-29", repo=world["proj"], prev_rev=None)
     assert doc["pins"]["llama.cpp"]["from"] is None and doc["pins"]["llama.cpp"]["commits"] is None
     assert "cpu/0003-new.patch" in doc["patches"]["added"]
-    assert "Nothing was held back." in notes.render(doc)
+    md = notes.render(doc)
+    assert "Nothing was held back." in md
+    assert f"- **llama.cpp**: new, at `{world['c2'][:12]}`" in md
 
 
 @pytest.mark.parametrize("url, expected", [

@@ -16,6 +16,9 @@ def render(changes: dict, max_titles: int = 15) -> str:
     for name, p in moved.items():
         count = "" if p["commits"] is None else f", {p['commits']} commit{'s' if p['commits'] != 1 else ''}"
         link = f" ([compare]({p['compare']}))" if p["compare"] else ""
+        if p["from"] is None:
+            lines.append(f"- **{name}**: new, at `{_short(p['to'])}`")
+            continue
         lines.append(f"- **{name}**: `{_short(p['from'])}` → `{_short(p['to'])}`{count}{link}")
         for title in p["titles"][:max_titles]:
             lines.append(f"  - {title}")
