@@ -1,10 +1,12 @@
-"""Sessions: tests, lint, build-cpu, build-strix, build-nvidia, plan, bump-pins, release.
+"""Sessions: tests, lint, build-cpu, build-vulkan, build-strix, build-nvidia, plan, bump-pins, release.
 
     nox -s build-cpu        # build the CPU bundle, install it, serve a completion from it
     nox -s tests            # the test suite (includes a real end-to-end build of the CPU bundle)
     nox -s build-strix -- --only vulkan
 """
 from __future__ import annotations
+
+import os
 
 import nox
 
@@ -29,7 +31,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    """ruff, and deptry: an import that pyproject.toml does not declare (or a declared dependency never used) fails."""
+    session.install("ruff", "deptry", "-e", ".")  # deptry maps imports to distributions through installed metadata
+    session.run("deptry", ".")
     session.run("ruff", "check", "builders", "onebit", "tests", "bench", "noxfile.py")
 
 
@@ -40,6 +44,22 @@ def build_cpu(session: nox.Session) -> None:
     prefix = ".onebit/prefix/cpu"
     session.run("1bit-build", "install", "--channel", ".onebit/out/cpu/channel", "--prefix", prefix, "cpu")
     session.run("python", "scripts/serve_smoke.py", prefix)
+
+
+@nox.session(name="build-vulkan", python=PYTHON)
+def build_vulkan(session: nox.Session) -> None:
+    """Build cpu + vulkan + serve from the pin, install into .onebit/prefix/vulkan, serve with `1bit serve --device vulkan`.
+
+    Needs glslc, the Vulkan and SPIR-V headers, and a Vulkan driver (Debian: glslc libvulkan-dev spirv-headers
+    mesa-vulkan-drivers). On a machine without a GPU, Mesa's lavapipe is the device; ggml-vulkan only uses a CPU-type
+    device when GGML_VK_VISIBLE_DEVICES selects it, so this session sets GGML_VK_VISIBLE_DEVICES=0 unless you did.
+    """
+    _build(session, "vulkan")
+    prefix = ".onebit/prefix/vulkan"
+    session.run("1bit-build", "install", "--channel", ".onebit/out/vulkan/channel", "--prefix", prefix, "vulkan")
+    env = {"GGML_VK_VISIBLE_DEVICES": os.environ.get("GGML_VK_VISIBLE_DEVICES", "0")}
+    session.run(f"{prefix}/bin/1bit", "check", env=env, external=True)
+    session.run("python", "scripts/serve_smoke.py", prefix, "--device", "vulkan", env=env)
 
 
 @nox.session(name="build-strix", python=PYTHON)

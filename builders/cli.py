@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import json
 import os
 import sys
@@ -31,9 +32,11 @@ def layout_for(args, bundle: str) -> Layout:
 
 def _plan(args) -> tuple[config.Project, Plan]:
     project = config.load_project(args.root)
-    facts = host.gather(all_tools(project, args.bundle))
+    lay = layout_for(args, args.bundle)
+    facts = host.gather(all_tools(project, args.bundle), toolchains=lay.cache / "toolchains",
+                        python=getattr(args, "python", None))
     only = set(args.only) if getattr(args, "only", None) else None
-    plan = make_plan(project, args.bundle, facts, layout_for(args, args.bundle), build_number=args.build_number, only=only,
+    plan = make_plan(project, args.bundle, facts, lay, build_number=args.build_number, only=only,
                      overrides=parse_overrides(getattr(args, "set", None) or []))
     return project, plan
 
@@ -92,15 +95,55 @@ def _refuse(plan: Plan, *, tools: bool = True) -> None:
                           hint="set the variables above (or install the tools), or build a subset with --only")
 
 
+def _writable_problem(path: Path) -> str | None:
+    """Why this process cannot create or write `path` (checked at its nearest existing ancestor), or None."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"permission denied on {probe}"
+    return None
+
+
+def _dirs(lay: Layout, out: bool) -> list[tuple[Path, str]]:
+    return [(lay.cache, "cache"), (lay.work, "work")] + ([(lay.out, "out")] if out else [])
+
+
+def _preflight(lay: Layout, *, out: bool = True) -> None:
+    """Refuse unwritable cache/work/out directories before anything is written."""
+    for d, what in _dirs(lay, out):
+        problem = _writable_problem(d if what != "out" else d.parent)
+        if problem:
+            raise OnebitError(f"cannot write the {what} directory {d}: {problem}",
+                              hint=f"fix its permissions or choose another with --{what}; nothing was changed")
+
+
+def _locked(lay: Layout, *, out: bool = True):
+    """Hold the cache, work (and out) locks: a second run on the same directories says so and waits."""
+    from . import lock
+
+    _preflight(lay, out=out)
+    return lock.hold_all(_dirs(lay, out), say=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
+
+
 def cmd_fetch(args) -> int:
     from .execute import Executor
 
     project, plan = _plan(args)
+    _preflight(plan.layout, out=False)
     _refuse(plan, tools=False)
-    plan.steps = [s for s in plan.steps if s.action in ("fetch", "wheels")]
-    report = Executor(plan, project, offline=args.offline, console=console).run()
+    # crates are vendored from a checkout: its source step runs too
+    plan.steps = [s for s in plan.steps if s.action in FETCH_ACTIONS
+                  or (s.action == "source" and any(c.needs == (s.id,) for c in plan.steps if c.action == "crates"))]
+    with _locked(plan.layout, out=False):
+        report = Executor(plan, project, offline=args.offline, console=console).run()
     console.print(f"[green]fetched[/] {len(report.ran)} source(s), {len(report.cached)} already cached")
     return 0
+
+
+FETCH_ACTIONS = ("fetch", "wheels", "toolchain", "submodules", "hf", "crates")
 
 
 def cmd_build(args) -> int:
@@ -110,8 +153,17 @@ def cmd_build(args) -> int:
     if args.dry_run:
         print_plan(plan)
         return 1 if plan.refusals else 0
+    _preflight(plan.layout)
+    if plan.missing and not args.offline and any(s.action == "toolchain" for s in plan.steps):
+        # toolchain inputs the fetch step provides (cuBLAS from its wheel): fetch them, then look again
+        _refuse(plan, tools=False)
+        first = [s for s in plan.steps if s.action == "toolchain"]
+        with _locked(plan.layout, out=False):
+            Executor(replace(plan, steps=first), project, console=console).run()
+        project, plan = _plan(args)
     _refuse(plan)
-    report = Executor(plan, project, offline=args.offline, force=args.force, console=console).run()
+    with _locked(plan.layout):
+        report = Executor(plan, project, offline=args.offline, force=args.force, console=console).run()
     built = sum(1 for s in report.ran if s.startswith("build:"))
     console.print(f"[green]done[/]: {len(report.ran)} step(s) ran ({built} build), {len(report.cached)} cached; "
                   f"output in {plan.layout.out}")
@@ -170,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "manifest, so such a bundle never passes for the release one")
         if offline:
             s.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
+        s.add_argument("--python", metavar="X.Y", help="the Python minor the bundle's vendored wheels are for (default: "
+                       "the running one); fetch here for a build machine that runs another Python")
 
     s = sub.add_parser("plan", help="print the ordered steps with exact commands and cache keys (runs nothing)")
     bundle_args(s, offline=False)
@@ -211,12 +265,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def describe_os_error(exc: OSError) -> str:
+    what = exc.strerror or str(exc) or type(exc).__name__
+    paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p)
+    hint = {"PermissionError": "fix the permissions of that path or choose another directory (--cache, --work, --out)",
+            "FileNotFoundError": "that path (or program) does not exist: check it, or run again if a file vanished mid-build",
+            }.get(type(exc).__name__, "check the disk and the directories given; run again when fixed")
+    return f"{what}{': ' + paths if paths else ''}\n  hint: {hint}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except OnebitError as exc:
         console.print(f"[bold red]error[/]: {exc}", highlight=False, soft_wrap=True)
+        return 2
+    except OSError as exc:  # a host fault (permissions, disk full, another filesystem): one line, no traceback
+        console.print(f"error: {describe_os_error(exc)}", style="bold red", highlight=False, soft_wrap=True, markup=False)
         return 2
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]: finished outputs are intact; run again to continue")

@@ -89,10 +89,15 @@ class Tool:
     why: str | None = None
     optional: bool = False
     pkgconfig: str | None = None
+    wheel: tuple | None = None  # sorted items of {package, version, sha256, root}: a toolchain input fetched and verified into the cache
 
     @property
     def key(self) -> str:
         return f"{self.tool}@{self.env}" if self.env else self.tool
+
+
+def _tool(data: dict) -> "Tool":
+    return Tool(**{k: (tuple(sorted(v.items())) if k == "wheel" else v) for k, v in data.items()})
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,7 @@ class Recipe:
         stage = self.data["stage"]
         vstage = over.get("stage", {})
         provides = {**self.data["provides"], **over.get("provides", {})}
-        tools = [Tool(**t) for t in self.data.get("toolchain", [])] + [Tool(**t) for t in over.get("toolchain", [])]
+        tools = [_tool(t) for t in self.data.get("toolchain", [])] + [_tool(t) for t in over.get("toolchain", [])]
         return Variant(
             recipe=self,
             name=name,
@@ -316,6 +321,7 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         if name != path.stem:
             problems.append(f"{doc.where(('name',))}: recipe name {name!r} must match its file name {path.stem!r}")
         recipe = Recipe(name=name, path=path, data=doc.data, doc=doc)
+        problems.extend(schemas.prefix_path_problems(doc))  # keep/binaries/stage paths may not escape the prefix
         recipes[name] = recipe
         pin_name = recipe.pin_name
         if pin_name and pins and pin_name not in pins:

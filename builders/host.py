@@ -63,13 +63,20 @@ def _run_version(argv: list[str]) -> str | None:
     return parse_version(proc.stdout + "\n" + proc.stderr)
 
 
-def detect_tool(tool: Tool, env: Mapping[str, str]) -> ToolFact:
+def wheel_root(tool: Tool, toolchains: Path) -> Path:
+    """Where `1bit-build fetch` unpacks a wheel toolchain input: named by the wheel's sha256."""
+    return toolchains / dict(tool.wheel)["sha256"][:16]
+
+
+def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = None) -> ToolFact:
     if tool.pkgconfig:
         pc = shutil.which("pkg-config")
         version = _run_version([pc, "--modversion", tool.pkgconfig]) if pc else None
         return ToolFact(tool.key, f"pkg-config:{tool.pkgconfig}", version is not None, version)
     if tool.env or tool.path:
         root = env.get(tool.env, "") if tool.env else ""
+        if not root and tool.wheel and toolchains is not None:
+            root = str(wheel_root(tool, toolchains))
         root = root or tool.default or ""
         exe = Path(root) / (tool.path or tool.tool)
         found = exe.is_file()  # a program, or a marker file such as the kernel headers' Makefile
@@ -79,7 +86,8 @@ def detect_tool(tool: Tool, env: Mapping[str, str]) -> ToolFact:
     path = shutil.which(tool.tool, path=env.get("PATH"))
     if path is None:
         return ToolFact(tool.key, tool.tool, False)
-    version = _run_version([path, "--version"]) if tool.version else None
+    # zig has no --version: `zig version` (and go, ...) is asked only when --version says nothing
+    version = (_run_version([path, "--version"]) or _run_version([path, "version"])) if tool.version else None
     return ToolFact(tool.key, path, True, version)
 
 
@@ -99,15 +107,23 @@ def probe_net_cut() -> tuple[str, ...]:
     return ()
 
 
-def gather(tools: Iterable[Tool], env: Mapping[str, str] | None = None) -> HostFacts:
+def gather(tools: Iterable[Tool], env: Mapping[str, str] | None = None, *, toolchains: Path | None = None,
+           python: str | None = None) -> HostFacts:
+    """toolchains: the cache folder of wheel toolchain inputs; python: 'X.Y' to fetch wheels for another interpreter
+    (a distro maintainer fetching here for a build machine that runs another Python)."""
     env = dict(os.environ if env is None else env)
     facts: dict[str, ToolFact] = {}
     for tool in tools:
         if tool.key not in facts:
-            facts[tool.key] = detect_tool(tool, env)
+            facts[tool.key] = detect_tool(tool, env, toolchains)
+    more = {}
+    if python:
+        major, _, minor = python.partition(".")
+        more = {"python_tag": f"cp{major}{minor}", "python_minor": f"{major}.{minor}"}
     return HostFacts(
         tools=facts,
         net_cut=probe_net_cut(),
         jobs=os.cpu_count() or 2,
         python=sys.executable,
+        **more,
     )

@@ -21,10 +21,27 @@ def host_virtual_packages() -> list:
     return found + [GenericVirtualPackage(PackageName("__python"), Version(py), BuildString("0"))]
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def install_bundle(channel: Path, prefix: Path, bundle: str, *, cache_dir: Path | None = None,
                    platform: str = "linux-64") -> list[str]:
     import rattler
     from rattler import Channel, ChannelConfig
+    from rattler.exceptions import (
+        CacheDirError,
+        ExtractError,
+        FetchRepoDataError,
+        GatewayError,
+        InstallerError,
+        InvalidChannelError,
+        IoError,
+        LinkError,
+        SolverError,
+        TransactionError,
+    )
 
     channel = channel.resolve()
     if not (channel / platform / "repodata.json").is_file():
@@ -38,11 +55,19 @@ def install_bundle(channel: Path, prefix: Path, bundle: str, *, cache_dir: Path 
         try:
             records = await rattler.solve(sources=[source], specs=[spec], platforms=[platform, "noarch"],
                                           virtual_packages=host_virtual_packages(), timestamp_policy="allow-missing")
-        except Exception as exc:  # rattler raises its own exception types for unsatisfiable specs
-            raise OnebitError(f"cannot install {spec} from {channel}: {exc}",
-                              hint="is the bundle name right? `ls CHANNEL/linux-64` lists what the channel holds") from None
-        await rattler.install(records, target_prefix=str(prefix), cache_dir=str(cache_dir) if cache_dir else None,
-                              show_progress=False)
+        except SolverError as exc:  # the spec cannot be satisfied from this channel
+            held = sorted(p.name.removesuffix(".conda") for p in (channel / platform).glob("onebit-bundle-*.conda"))
+            raise OnebitError(f"cannot install {spec} from {channel}: {str(exc).strip()}",  # the solver's whole message
+                              hint=f"bundles in this channel: {', '.join(held) or 'none'}; is the bundle name right?") from None
+        except (GatewayError, FetchRepoDataError, InvalidChannelError) as exc:
+            raise OnebitError(f"cannot read the channel {channel}: {_first_line(exc)}",
+                              hint="the channel's repodata is unreadable; rebuild it (1bit-build build BUNDLE)") from None
+        try:
+            await rattler.install(records, target_prefix=str(prefix), cache_dir=str(cache_dir) if cache_dir else None,
+                                  show_progress=False)
+        except (InstallerError, LinkError, TransactionError, ExtractError, CacheDirError, IoError) as exc:
+            raise OnebitError(f"installing {spec} into {prefix} failed: {_first_line(exc)}",
+                              hint="check that the prefix and the package cache are writable and the disk has room") from None
         return sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records)
 
     return asyncio.run(go())

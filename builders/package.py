@@ -81,15 +81,64 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (renameat2 RENAME_EXCHANGE). False when the host or filesystem cannot."""
+    import ctypes
+    import errno
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
 def replace_dir(new: Path, target: Path) -> None:
-    """Swap a finished directory into place; the old one is removed only after the new one is there."""
-    old = target.with_name(target.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
-        os.replace(target, old)
+    """Swap a finished directory into place so a reader always sees the old tree or the new one, never neither.
+
+    Where `target` exists it is exchanged with `new` in one step (renameat2 RENAME_EXCHANGE); a target that is a
+    symlink is re-pointed atomically; only a host without either falls back to two renames."""
+    new, target = Path(new), Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(new, target)
+    if not os.path.lexists(target):
+        os.rename(new, target)  # rename(2) of a directory onto nothing: atomic
+        return
+    if target.is_symlink():
+        _swap_symlink(new, target)
+        return
+    if _exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)  # `new` now holds the old tree
+        return
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
     shutil.rmtree(old, ignore_errors=True)
+    os.rename(target, old)
+    os.rename(new, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap_symlink(new: Path, target: Path) -> None:
+    """target -> versioned sibling: move `new` to a fresh sibling, re-point the link with one rename, drop the old."""
+    previous = target.parent / os.readlink(target)
+    versioned = Path(tempfile.mkdtemp(prefix=f".{target.name}.v-", dir=target.parent))
+    os.rename(new, versioned / "tree")
+    link = target.with_name(f".{target.name}.link-{os.getpid()}")
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(os.path.relpath(versioned / "tree", target.parent), link)
+    os.replace(link, target)
+    if previous.name == "tree" and previous.parent.name.startswith(f".{target.name}.v-"):
+        shutil.rmtree(previous.parent, ignore_errors=True)
 
 
 def tar_zst(trees: Sequence[Path], extra: dict[str, bytes], out: Path, top: str) -> Path:

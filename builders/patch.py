@@ -78,22 +78,36 @@ def check_one(worktree: Path, patch: Path) -> PatchResult:
 
 
 def apply_all(worktree: Path, patches: Sequence[Path], *, where: str = "") -> list[PatchResult]:
-    """Check then apply each patch in order; the first that does not apply stops everything with a PatchError."""
-    results = []
-    for patch in patches:
-        result = check_one(worktree, patch)
-        if result.status == "fails":
-            raise PatchError(
-                f"patch {patch.name} no longer applies: {result.file or '?'} {result.hunk or ''}".rstrip(),
-                where=where or str(patch),
-                hint="refresh the patch against the new commit (git am -3, fix, git format-patch), "
-                "or drop it if the change was merged upstream; `1bit-build patches check` shows every patch's state",
-            )
-        if result.status != "already-applied":
-            proc = _git_apply(worktree, patch)
-            if proc.returncode != 0:  # pragma: no cover - check passed, so this is a git bug or a race
-                raise PatchError(f"patch {patch.name} passed --check but failed to apply: {proc.stderr.strip()}")
-        results.append(result)
+    """Check then apply each patch in order; the first that does not apply stops everything with a PatchError.
+
+    All or nothing: when one fails (even after its check passed), the patches applied before it are reversed, so
+    the tree is left as it was."""
+    results: list[PatchResult] = []
+    applied: list[Path] = []
+    try:
+        for patch in patches:
+            result = check_one(worktree, patch)
+            if result.status == "fails":
+                raise PatchError(
+                    f"patch {patch.name} no longer applies: {result.file or '?'} {result.hunk or ''}".rstrip(),
+                    where=where or str(patch),
+                    hint="refresh the patch against the new commit (git am -3, fix, git format-patch), "
+                    "or drop it if the change was merged upstream; `1bit-build patches check` shows every patch's state",
+                )
+            if result.status != "already-applied":
+                proc = _git_apply(worktree, patch)
+                if proc.returncode != 0:  # check passed: the tree changed under us, or git failed to write
+                    detail = " / ".join(proc.stderr.strip().splitlines()[-3:]) or f"git apply exit {proc.returncode}"
+                    raise PatchError(f"patch {patch.name} passed its check but failed to apply: {detail}",
+                                     where=where or str(patch),
+                                     hint="is something else writing the source tree? run the build again; "
+                                     "the patches applied before it were reversed")
+                applied.append(patch)
+            results.append(result)
+    except PatchError:
+        for done in reversed(applied):
+            _git_apply(worktree, done, "--reverse")
+        raise
     return results
 
 

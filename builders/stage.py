@@ -152,10 +152,17 @@ def relocate_tree(prefix: Path, root: str) -> list[str]:
 
 def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) -> None:
     base = prefix / data.root if data.root else prefix
+    seen: list[str] | None = None
     for test in data.tests:
         if test.needs:
-            log(f"[yellow]skip[/] test '{test.name}' of {data.variant}: needs {test.needs}")
-            continue
+            if seen is None:
+                seen = visible_devices(base, data)
+            missing = needed_devices(test.needs, data) - set(seen)
+            if missing:
+                log(f"[yellow]skip[/] test '{test.name}' of {data.variant}: needs {test.needs}; "
+                    f"`llama-server --list-devices` shows {', '.join(seen) or 'no device'}, not {', '.join(sorted(missing))}")
+                continue
+            log(f"test '{test.name}' of {data.variant} needs {test.needs}: {', '.join(sorted(seen))} present, running it")
         argv = [str(base / test.run[0])] + [a.format(**data.test_values) for a in test.run[1:]]
         env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
         try:
@@ -178,6 +185,33 @@ def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) 
                              f"{' '.join(test.run)} exited {proc.returncode}; expected /{pattern}/\n{output[-1500:]}",
                              where=data.where)
         log(f"[green]ok[/] test '{test.name}' of {data.variant}")
+
+
+_DEVICE_LINE = re.compile(r"^\s*([A-Za-z]+[0-9]+):", re.M)
+
+
+def parse_list_devices(output: str) -> list[str]:
+    """Pure: the device names `llama-server --list-devices` prints (`  Vulkan0: llvmpipe (...)`)."""
+    return sorted(set(_DEVICE_LINE.findall(output)))
+
+
+def needed_devices(needs: str, data: StageData) -> set[str]:
+    """A test marked `needs: gpu` needs every non-CPU device its variant claims."""
+    claimed = set((data.manifest_entry or {}).get("devices", ())) - {"CPU"}
+    return claimed if needs == "gpu" else {needs}
+
+
+def visible_devices(base: Path, data: StageData) -> list[str]:
+    """Ask the variant's own server which devices it sees; [] where it has no llama-server or cannot run."""
+    rel = data.binaries.get("llama-server")
+    if rel is None:
+        return []
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    try:
+        proc = subprocess.run([str(base / rel), "--list-devices"], capture_output=True, text=True, timeout=120, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return parse_list_devices(proc.stdout + proc.stderr)
 
 
 def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[], None],

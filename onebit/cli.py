@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -10,9 +11,10 @@ import sys
 
 from .errors import ManifestError, ServeError
 from .inspect import inspect_model
+from .laya import ALL_CLASSES, default_model_dir, load_policy
 from .manifest import MANIFEST_ENV, default_manifest_path, load_manifest
 from .recipes import default_recipes_path, load_recipes
-from .route import DEVICES, Refusal, RouteEnv, ServeFlags, route
+from .route import DEVICES, Refusal, RouteEnv, ServeFlags, laya_refusal, route
 
 EXIT_REFUSED = 3
 
@@ -20,6 +22,8 @@ USAGE = """usage: 1bit <command> [args]
 
 commands:
   serve     serve a model with the bundle's llama-server (1bit serve -h)
+  route     ask the Laya router which device a request goes to (1bit route -h)
+  check     check the installed bundle: route self-tests and a device probe of every backend
   version   print the bundle and onebit versions
 """
 
@@ -58,7 +62,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--long-from", type=int, default=2048)
     ap.add_argument("--adaptive", action="store_true", help="vulkan first, rocm takes the overflow")
     ap.add_argument("--adaptive-at", type=int, default=8)
-    ap.add_argument("--laya", metavar="ROUTER", help="(not yet supported)")
+    ap.add_argument("--laya", action="store_true", help="route each conversation by its Laya class (docs: onebit/laya.py)")
+    ap.add_argument("--laya-model", metavar="DIR", help="Laya checkpoint (default: $ONEBIT_LAYA_MODEL, the bundle's); implies --laya")
+    ap.add_argument("--route-policy", metavar="FILE", help="Laya policy: class -> device (default: the shipped one)")
     ap.add_argument("--manifest", help=f"bundle manifest (default: the install's share/onebit/manifest.json; ${MANIFEST_ENV})")
     ap.add_argument("--recipes", metavar="FILE", help="serve recipes JSON (default: the bundle's)")
     ap.add_argument("--no-recipes", action="store_true", help="apply no serve recipes")
@@ -100,10 +106,12 @@ def plan_from_args(argv: list[str], env=None):
         mtp_max=args.mtp_max, mtp_p_min=args.mtp_p_min, mmproj=args.mmproj, moe_slots=args.moe_slots,
         prefill_device=args.prefill_device, prefill_min_tokens=args.prefill_min_tokens,
         long_model=args.long_model, long_from=args.long_from, adaptive=args.adaptive,
-        adaptive_at=args.adaptive_at, laya=args.laya, llama_server=args.llama_server, extra=tuple(extra),
+        adaptive_at=args.adaptive_at, laya=bool(args.laya or args.laya_model), laya_model=args.laya_model,
+        route_policy=args.route_policy, llama_server=args.llama_server, extra=tuple(extra),
     )
-    if args.laya:  # refuse before touching any file
-        return route(None, flags, None, RouteEnv()), args
+    refused = laya_refusal(flags, None)
+    if refused is not None:  # refuse before touching any file
+        return refused, args
     manifest = _load_manifest_for_serve(args, env)
     facts = inspect_model(args.model)
     draft = inspect_model(args.dflash) if args.dflash else None
@@ -111,10 +119,17 @@ def plan_from_args(argv: list[str], env=None):
     recipes = _recipes(args, manifest)
     from .launch import free_ports
 
+    policy = None
+    if flags.laya:
+        policy = load_policy(flags.route_policy, DEVICES[1:])
+        if not flags.laya_model:
+            prefix = manifest.prefix if manifest is not None else default_manifest_path(None, env).parent.parent.parent
+            flags = dataclasses.replace(flags, laya_model=str(default_model_dir(prefix, env)))
     proxied = bool(args.long_model or args.adaptive)
+    n_ports = 1 + len(ALL_CLASSES) if flags.laya else (2 if proxied else 0)
     renv = RouteEnv(env=env, path_llama_server=shutil.which("llama-server", path=env.get("PATH")),
-                    free_ports=free_ports(2) if proxied else ())
-    return route(facts, flags, manifest, renv, recipes, draft=draft, long_facts=long_facts), args
+                    free_ports=free_ports(n_ports) if n_ports else ())
+    return route(facts, flags, manifest, renv, recipes, draft=draft, long_facts=long_facts, laya_policy=policy), args
 
 
 def serve_main(argv: list[str]) -> int:
@@ -129,10 +144,64 @@ def serve_main(argv: list[str]) -> int:
         return 0
     from .launch import exec_child, run_proxied
 
+    for c in plan.children:
+        for note in c.notes:
+            print(f"1bit serve: {c.backend}: {note}", file=sys.stderr)
     if plan.mode == "exec":
         exec_child(plan.children[0])  # does not return
         return 1
-    return run_proxied(plan)
+    return run_proxied(plan, laya=_laya_router(plan, args) if plan.proxy.laya is not None else None)
+
+
+def _laya_router(plan, args):
+    """The proxy's Laya router: the pinned checkpoint (verified) and the policy the plan was made with."""
+    from pathlib import Path
+
+    from .laya import PYTHON_RELPATH, LayaClassifier, Router
+
+    spec = plan.proxy.laya
+    prefix = default_manifest_path(args.manifest).resolve().parent.parent.parent
+    classifier = LayaClassifier(Path(spec.model_dir), python_path=prefix / PYTHON_RELPATH)
+    policy = load_policy(args.route_policy, DEVICES[1:])
+    return Router(classifier, policy, spec.classes, spec.default)
+
+
+def route_main(argv: list[str]) -> int:
+    """`1bit route --laya-model DIR --classify --state TEXT`: the class, confidence and device of one request."""
+    from pathlib import Path
+
+    from .laya import classify_main
+
+    ap = _Parser(prog="1bit route", allow_abbrev=False,
+                 description="Ask the Laya router where a request goes; prints `<class> <confidence> <device>`.")
+    ap.add_argument("--laya-model", metavar="DIR", help="Laya checkpoint (default: $ONEBIT_LAYA_MODEL, the bundle's)")
+    ap.add_argument("--classify", action="store_true", required=True, help="classify --state")
+    ap.add_argument("--state", required=True, metavar="TEXT", help="the request text")
+    ap.add_argument("--route-policy", metavar="FILE", help="Laya policy (default: the shipped one)")
+    args = ap.parse_args(argv)
+    policy = load_policy(args.route_policy, DEVICES[1:])
+    model_dir = Path(args.laya_model) if args.laya_model else default_model_dir(
+        default_manifest_path(None).parent.parent.parent, os.environ)
+    print(classify_main(model_dir, args.state, policy))
+    return 0
+
+
+def check_main(argv: list[str]) -> int:
+    """`1bit check`: route self-tests and a device probe of every backend of the installed manifest, as one table."""
+    from .check import check, render
+
+    ap = _Parser(prog="1bit check", allow_abbrev=False,
+                 description="Check the installed bundle: route rules against its manifest, and what each backend sees.")
+    ap.add_argument("--manifest", help=f"bundle manifest (default: the install's; ${MANIFEST_ENV})")
+    args = ap.parse_args(argv)
+    manifest = load_manifest(default_manifest_path(args.manifest))
+    rows = check(manifest)
+    render(manifest, rows)
+    bad = [r.backend for r in rows if not r.ok]
+    if bad:
+        print(f"1bit check: {len(bad)} backend(s) failed: {', '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _package_version() -> str:
@@ -155,7 +224,9 @@ def version_main(argv: list[str]) -> int:
         print(f"onebit {_package_version()}")
         print(f"1bit version: {e}", file=sys.stderr)
         return 1
-    print(f"{m.bundle} {m.version} (build {m.build_number}, {m.platform})")
+    # Lemonade's onebit backend reads the text after the first space of this first line: `1bit <version>`
+    print(f"1bit {m.version}")
+    print(f"bundle {m.bundle} {m.version} (build {m.build_number}, {m.platform})")
     for name, b in sorted(m.backends.items()):
         print(f"  {name} {b.version} {b.commit[:12]}")
     print(f"onebit {_package_version()}")
@@ -173,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
             return serve_main(rest)
         if cmd == "version":
             return version_main(rest)
+        if cmd == "route":
+            return route_main(rest)
+        if cmd == "check":
+            return check_main(rest)
     except ServeError as e:
         print(f"1bit {cmd}: error: {e}", file=sys.stderr)
         return e.exit_code

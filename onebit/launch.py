@@ -40,7 +40,7 @@ def child_env(child: Child, base: Mapping[str, str] | None = None) -> dict[str, 
 
 
 def exec_child(child: Child) -> None:
-    """Replace this process with llama-server: no proxy, zero overhead."""
+    """Replace this process with the backend's server: no proxy, zero overhead."""
     _check_binary(child.binary)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -52,7 +52,7 @@ def exec_child(child: Child) -> None:
 
 def _check_binary(path: str) -> None:
     if not os.path.isfile(path):
-        raise ServeError(f"llama-server not found at {path}; is the bundle installed completely?")
+        raise ServeError(f"{os.path.basename(path)} not found at {path}; is the bundle installed completely?")
     if not os.access(path, os.X_OK):
         raise ServeError(f"{path} is not executable")
 
@@ -78,7 +78,7 @@ def spawn(child: Child) -> subprocess.Popen:
     )
 
 
-def run_proxied(plan: LaunchPlan) -> int:
+def run_proxied(plan: LaunchPlan, laya=None) -> int:
     """Start every child, serve the proxy until a signal or until a child exits; stop the children."""
     assert plan.proxy is not None
     procs: list[subprocess.Popen] = []
@@ -87,7 +87,7 @@ def run_proxied(plan: LaunchPlan) -> int:
             procs.append(spawn(c))
         ups = [Upstream(role=c.role, url=f"http://{c.host}:{c.port}", slots=c.slots) for c in plan.children]
         proxy = Proxy(ups, policy=plan.proxy.policy, alias=plan.proxy.alias, long_from=plan.proxy.long_from,
-                      public_host=plan.proxy.host)
+                      public_host=plan.proxy.host, laya=laya)
         return asyncio.run(_main(proxy, plan, procs))
     finally:
         for p in procs:

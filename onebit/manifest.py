@@ -25,11 +25,13 @@ class Backend:
     env: Mapping[str, str] = field(default_factory=dict)
     version: str = ""
     commit: str = ""
+    adapter: str = "llama-server"  # which launch adapter speaks this backend's command line (onebit.adapters)
+    root: str | None = None  # the backend's own subtree of the prefix, if the manifest names one
 
     def binary(self, prefix: Path, name: str = "llama-server") -> Path | None:
+        """The binary the manifest lists under `name`, or None. Never another one: a backend whose program is
+        missing must not run whatever else it ships (the npu backend ships amdxdna.ko)."""
         rel = self.binaries.get(name)
-        if rel is None and len(self.binaries) == 1:
-            rel = next(iter(self.binaries.values()))
         return (prefix / rel) if rel else None
 
 
@@ -46,6 +48,15 @@ class Manifest:
 
     def has(self, backend: str) -> bool:
         return backend in self.backends
+
+
+# The adapter a backend uses when its manifest entry names none (manifests written before `adapter` existed).
+# Only the llama.cpp builds default to llama-server: zinc, ds4 and the NPU never speak its command line.
+DEFAULT_ADAPTERS = {"zinc": "zinc", "ds4": "ds4", "npu": "npu"}
+
+
+def default_adapter(backend: str) -> str:
+    return DEFAULT_ADAPTERS.get(backend, "llama-server")
 
 
 def schema() -> dict:
@@ -111,6 +122,8 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
             env=dict(b.get("env", {})),
             version=b["version"],
             commit=b["source"]["commit"],
+            adapter=b.get("adapter") or default_adapter(name),
+            root=b.get("root"),
         )
     recipes = data.get("serve", {}).get("recipes")
     return Manifest(

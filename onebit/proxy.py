@@ -133,7 +133,9 @@ class Proxy:
         long_from: int | None = None,
         public_host: str = "127.0.0.1",
         health_interval: float = 0.1,
+        laya=None,  # onebit.laya.Router: picks the child per conversation (policy "laya")
     ) -> None:
+        self.laya = laya
         self.upstreams = list(upstreams)
         self.by_role = {u.role: u for u in self.upstreams}
         self.policy = policy
@@ -262,7 +264,12 @@ class Proxy:
                 body = None
 
         try:
-            up, reserved = await self._pick(path, body)
+            decision = await self.laya.pick(body) if self.laya is not None and path in GENERATION else None
+            if decision is not None:  # Laya: the conversation's child, and `<class> <confidence> <device>` for the header
+                request["onebit_route"] = decision.header()
+                up, reserved = self.by_role[decision.device], False
+            else:
+                up, reserved = await self._pick(path, body)
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             return web.json_response({"error": {"code": 502, "message": f"upstream tokenize failed: {e}"}}, status=502)
         try:
@@ -289,7 +296,7 @@ class Proxy:
     async def _forward_once(self, request, up, url, headers, raw) -> web.StreamResponse:
         async with self.session.request(request.method, url, data=raw or None, headers=headers) as r:
             out_headers = {k: v for k, v in r.headers.items() if k.lower() not in HOP_BY_HOP}
-            out_headers[ROUTE_HEADER] = up.role
+            out_headers[ROUTE_HEADER] = request.get("onebit_route", up.role)
             if r.headers.get("Content-Length") is not None and "text/event-stream" not in r.content_type:
                 data = await r.read()
                 return web.Response(status=r.status, headers=out_headers, body=data)

@@ -15,13 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .adapters import ADAPTERS, Adapter, AdapterError, Decision, unsupported
 from .inspect import ModelFacts
-from .manifest import Manifest
+from .laya import Policy
+from .manifest import Manifest, default_adapter
 from .recipes import Recipe, RecipeFacts
 
 DEVICES = ("auto", "vulkan", "hrx", "rocm", "npu", "zinc", "ds4", "cpu", "cuda")
-# llama-server --device names; a device missing here (cpu) gets no --device and -ngl 0.
-DEVICE_FLAG = {"vulkan": "Vulkan0", "hrx": "HRX0", "rocm": "ROCm0", "cuda": "CUDA0", "npu": "NPU0", "zinc": "ZINC0"}
+# llama-server --device names; a device missing here (cpu) gets no --device and -ngl 0. zinc, ds4 and the NPU are
+# not llama-server devices: their adapters take the device from the manifest entry.
+DEVICE_FLAG = {"vulkan": "Vulkan0", "hrx": "HRX0", "rocm": "ROCm0", "cuda": "CUDA0"}
 # which manifest backends serve a device, in order of preference
 DEVICE_BACKENDS = {
     "vulkan": ("vulkan", "lean-vulkan"),
@@ -110,7 +113,9 @@ class ServeFlags:
     long_from: int = 2048
     adaptive: bool = False
     adaptive_at: int = 8
-    laya: str | None = None
+    laya: bool = False
+    laya_model: str | None = None  # the Laya checkpoint directory (--laya-model DIR implies --laya)
+    route_policy: str | None = None  # the policy file, for the plan (the caller loads it)
     llama_server: str | None = None
     extra: tuple[str, ...] = ()
 
@@ -136,6 +141,8 @@ class Child:
     port: int
     recipes: tuple[str, ...] = ()
     slots: int | None = None  # adaptive: how many requests this child takes before the next one overflows
+    adapter: str = "llama-server"
+    notes: tuple[str, ...] = ()  # what the adapter says the user must know (zinc listens on 0.0.0.0, ...)
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,18 @@ class ProxySpec:
     alias: str
     long_from: int | None = None
     adaptive_at: int | None = None
+    laya: LayaSpec | None = None
+
+
+@dataclass(frozen=True)
+class LayaSpec:
+    """How the proxy routes by Laya class: each class (and the default) names the role of a child."""
+
+    model_dir: str
+    policy: str  # path of the policy file (for the log)
+    min_confidence: float
+    default: str  # role of the default device
+    classes: Mapping[str, str]  # class -> role (a device the bundle can serve; others fell back to the default)
 
 
 @dataclass(frozen=True)
@@ -162,6 +181,7 @@ class LaunchPlan:
             c["argv"] = list(c["argv"])
             c["env"] = dict(c["env"])
             c["recipes"] = list(c["recipes"])
+            c["notes"] = list(c["notes"])
         return d
 
 
@@ -263,9 +283,13 @@ def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None
             raise _Refused("prefill-device", f"--prefill-device {flags.prefill_device} is not supported; only hrx is")
         if want not in ("auto", "vulkan"):
             raise _Refused("prefill-device", f"--prefill-device hrx decodes on vulkan; it cannot be used with --device {want}")
-        for need in ("vulkan", "hrx"):
-            if _backend_for(need, manifest) is None:
-                raise _Refused("prefill-device", f"--prefill-device hrx needs the {need} backend, which this bundle lacks (has: {_held(manifest)})")
+        if _backend_for("hrx", manifest) is None:
+            raise _Refused("prefill-device", f"--prefill-device hrx needs the hrx backend, which this bundle lacks (has: {_held(manifest)})")
+        if manifest is not None:
+            devs = manifest.backends["hrx"].devices
+            if "HRX0" not in devs or "Vulkan0" not in devs:
+                raise _Refused("prefill-device", "--prefill-device hrx needs the hrx build that carries both HRX0 and Vulkan0; "
+                               f"this bundle's hrx backend lists {', '.join(devs)}")
         return "vulkan"
 
     if want == "auto":
@@ -279,23 +303,86 @@ def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None
     return want
 
 
-def _resolve_binary(backend: str, flags: ServeFlags, manifest: Manifest | None, renv: RouteEnv) -> str:
-    if flags.llama_server:
-        return flags.llama_server
-    specific = "ONEBIT_LLAMA_SERVER_" + backend.upper().replace("-", "_")
-    for var in (specific, "ONEBIT_LLAMA_SERVER"):
-        if renv.env.get(var):
-            return renv.env[var]
+def _adapter_of(backend: str, manifest: Manifest | None) -> Adapter:
     if manifest is not None and backend in manifest.backends:
-        p = manifest.backends[backend].binary(manifest.prefix)
+        return ADAPTERS[manifest.backends[backend].adapter]
+    return ADAPTERS[default_adapter(backend)]
+
+
+def _resolve_binary(backend: str, adapter: Adapter, flags: ServeFlags, manifest: Manifest | None, renv: RouteEnv) -> str:
+    """The adapter's program for this backend. --llama-server, $ONEBIT_LLAMA_SERVER* and PATH name llama-servers,
+    so only the llama-server adapter looks at them; no backend ever runs a binary listed under another name."""
+    if adapter.name == "llama-server":
+        if flags.llama_server:
+            return flags.llama_server
+        specific = "ONEBIT_LLAMA_SERVER_" + backend.upper().replace("-", "_")
+        for var in (specific, "ONEBIT_LLAMA_SERVER"):
+            if renv.env.get(var):
+                return renv.env[var]
+    if manifest is not None and backend in manifest.backends:
+        b = manifest.backends[backend]
+        p = b.binary(manifest.prefix, adapter.program)
         if p is not None:
             return str(p)
-    if renv.path_llama_server:
+        if adapter.name != "llama-server":
+            listed = ", ".join(sorted(b.binaries)) or "none"
+            raise _Refused(
+                "no-program",
+                f"the {backend} backend of this bundle lists no {adapter.program} program for its {adapter.name} adapter "
+                f"(it ships: {listed}); nothing to launch for --device {backend}",
+            )
+    if adapter.name == "llama-server" and renv.path_llama_server:
         return renv.path_llama_server
+    if adapter.name != "llama-server":
+        raise _Refused("no-program", f"no {adapter.program} for backend {backend}: this needs a bundle manifest that lists it")
     raise _Refused(
         "no-binary",
         f"no llama-server for backend {backend}: not in the manifest, $ONEBIT_LLAMA_SERVER unset and none on PATH",
     )
+
+
+def _manifest_device(device: str, backend: str, manifest: Manifest | None) -> str | None:
+    """The device name a child uses: the route's llama-server name if the backend lists it, else the backend's first
+    non-CPU device; None means CPU."""
+    if device == "cpu":
+        return None
+    want = DEVICE_FLAG.get(device)
+    if manifest is not None and backend in manifest.backends:
+        devs = [d for d in manifest.backends[backend].devices if d != "CPU"]
+        if want not in devs:
+            return devs[0] if devs else None
+    return want
+
+
+# serve options that are the child's business (the proxy's own options are checked where the proxy is planned)
+_CHILD_FLAGS = ("ctx_size", "flash_attn", "alias", "parallel", "dflash", "mtp", "mtp_max", "mtp_p_min", "mmproj",
+                "moe_slots", "prefill_device")
+
+
+def _foreign_child(facts, flags, manifest, renv, adapter, *, role, backend, device, host, port, slots) -> Child:
+    """A child whose program is not llama-server: its adapter builds the command line."""
+    given = {k: getattr(flags, k) for k in _CHILD_FLAGS}
+    bad = unsupported(adapter, given)
+    if bad:
+        raise _Refused("adapter-option", f"{', '.join(bad)}: {adapter.program} (the {backend} backend) has no such option; "
+                       f"drop {'it' if len(bad) == 1 else 'them'} or choose another --device")
+    if flags.long_model or flags.adaptive:
+        which = "--long-model" if flags.long_model else "--adaptive"
+        raise _Refused("adapter-option", f"{which} needs llama-server children; the {backend} backend runs {adapter.program}")
+    binary = _resolve_binary(backend, adapter, flags, manifest, renv)
+    decision = Decision(model=facts.path, host=host, port=port, device=_manifest_device(device, backend, manifest),
+                        ctx_size=flags.ctx_size, parallel=flags.parallel if slots is None else slots, extra=flags.extra)
+    try:
+        cmd = adapter.build(decision)
+    except AdapterError as e:
+        raise _Refused("adapter-device", f"--device {device}: {e}") from None
+    env: dict[str, str] = {}
+    if manifest is not None:
+        env.update(manifest.backends[backend].env)
+    env.update(cmd.env)
+    env = {k: v for k, v in env.items() if k not in renv.env}
+    return Child(role=role, backend=backend, device=device, binary=binary, argv=(binary, *cmd.argv_tail), env=env,
+                 host=host, port=port, recipes=(), slots=slots, adapter=adapter.name, notes=cmd.notes)
 
 
 def _route_child(
@@ -315,9 +402,14 @@ def _route_child(
     slots: int | None = None,
 ) -> Child:
     device = _pick_device(facts, flags, manifest, want_device)
-    backend = _backend_for(device, manifest)
+    # --prefill-device hrx: one process of the hrx build holds both devices (decode on its Vulkan0, prefill on HRX0)
+    backend = "hrx" if flags.prefill_device == "hrx" else _backend_for(device, manifest)
     assert backend is not None
     name = Path(facts.path).name
+    adapter = _adapter_of(backend, manifest)
+    if adapter.name != "llama-server":
+        return _foreign_child(facts, flags, manifest, renv, adapter, role=role, backend=backend, device=device,
+                              host=host, port=port, slots=slots)
 
     args = _Args()
     env: dict[str, str] = {}
@@ -330,11 +422,7 @@ def _route_child(
     if device == "cpu":
         args.set(["-ngl", "0"])
     else:
-        dev_flag = DEVICE_FLAG.get(device)
-        if manifest is not None and backend in manifest.backends:
-            devs = [d for d in manifest.backends[backend].devices if d != "CPU"]
-            if dev_flag not in devs and devs:
-                dev_flag = devs[0]
+        dev_flag = _manifest_device(device, backend, manifest)
         if dev_flag:
             args.set(["--device", dev_flag])
         args.set(["-ngl", "99"])
@@ -415,7 +503,7 @@ def _route_child(
     for key in user_keys:
         args.drop(key)
 
-    binary = _resolve_binary(backend, flags, manifest, renv)
+    binary = _resolve_binary(backend, adapter, flags, manifest, renv)
     env = {k: v for k, v in env.items() if k not in renv.env}
     argv = (binary, *args.flat(), *flags.extra)
     return Child(
@@ -445,17 +533,92 @@ def route(
     *,
     draft: ModelFacts | None = None,
     long_facts: ModelFacts | None = None,
+    laya_policy: Policy | None = None,
 ) -> LaunchPlan | Refusal:
-    """Decide how to serve: one exec'd llama-server, or several behind the proxy; or refuse with a message."""
+    """Decide how to serve: one exec'd server, or several behind the proxy; or refuse with a message."""
     try:
-        return _route(facts, flags, manifest, renv, recipes, draft, long_facts)
+        return _route(facts, flags, manifest, renv, recipes, draft, long_facts, laya_policy)
     except _Refused as r:
         return r.refusal
 
 
-def _route(facts, flags, manifest, renv, recipes, draft, long_facts) -> LaunchPlan:
-    if flags.laya:
-        raise _Refused("laya", "--laya is not yet supported; tracked in its own issue")
+# GGUF architectures of embedding models (llama.cpp's encoder-only ones): Laya routes chat, not embeddings
+EMBEDDING_ARCHS = frozenset({"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "neo-bert",
+                             "modern-bert", "t5encoder"})
+EMBEDDING_FLAGS = frozenset({"--embedding", "--embeddings", "--pooling", "--reranking", "--rerank"})
+
+
+def laya_refusal(flags: ServeFlags, facts: ModelFacts | None) -> Refusal | None:
+    """--laya's refusals, checked before any file is read (facts None) and again once the model is inspected."""
+    if not (flags.laya or flags.laya_model):
+        return None
+    if flags.adaptive:
+        return Refusal("--laya and --adaptive cannot be combined: both pick the child for each request", "laya-adaptive")
+    if flags.prefill_device:
+        return Refusal(f"--laya and --prefill-device {flags.prefill_device} cannot be combined: Laya picks the device "
+                       "per conversation, the prefill split fixes it", "laya-prefill")
+    if flags.long_model:
+        return Refusal("--laya and --long-model cannot be combined: Laya already routes long documents by class",
+                       "laya-long-model")
+    embedding_flag = next((t.split("=", 1)[0] for t in flags.extra if t.split("=", 1)[0] in EMBEDDING_FLAGS), None)
+    if embedding_flag:
+        return Refusal(f"--laya cannot route an embedding server ({embedding_flag}): it routes chat by request class",
+                       "laya-embedding")
+    if facts is not None and facts.arch in EMBEDDING_ARCHS:
+        return Refusal(f"--laya cannot route {Path(facts.path).name}: it is an embedding model ({facts.arch})",
+                       "laya-embedding")
+    return None
+
+
+def _laya_children(facts, flags, manifest, renv, recipes, draft, policy: Policy) -> LaunchPlan:
+    """One llama-server (or adapter) child per device the policy uses, behind the proxy's Laya router."""
+
+    def servable(dev: str) -> bool:
+        return dev in DEVICE_BACKENDS and _backend_for(dev, manifest) is not None
+
+    default = flags.device if flags.device != "auto" else policy.default
+    if not servable(default):
+        raise _Refused("laya-device", f"the Laya default device {default} is not in this bundle (has: {_held(manifest)}); "
+                       "pass --device DEVICE or a --route-policy whose default it serves")
+    children_for: dict[str, tuple[str, str | None]] = {}  # role -> (device, drafter)
+
+    def role_of(dev: str, drafter: str | None) -> str:
+        role = dev if drafter is None else f"{dev}+{drafter}"
+        children_for.setdefault(role, (dev, drafter))
+        return role
+
+    default_role = role_of(default, None)
+    classes = {}
+    for cls, r in policy.classes.items():
+        classes[cls] = role_of(r.device, r.drafter) if servable(r.device) else default_role
+    if len(renv.free_ports) < len(children_for):
+        raise ValueError(f"route needs {len(children_for)} free ports in RouteEnv.free_ports for this Laya policy")
+    alias = flags.alias or Path(facts.path).stem
+    children = []
+    for i, (role, (dev, drafter)) in enumerate(children_for.items()):
+        f = flags
+        if drafter == "dflash":
+            if not flags.dflash:
+                raise _Refused("laya-drafter", f"the Laya policy gives {role} the dflash drafter; pass --dflash DRAFT")
+            f = dataclasses.replace(flags, mtp=None, mtp_max=None, mtp_p_min=None)
+        elif drafter == "mtp":
+            if not flags.mtp:
+                raise _Refused("laya-drafter", f"the Laya policy gives {role} the mtp drafter; pass --mtp HEAD")
+            f = dataclasses.replace(flags, dflash=None)
+        children.append(_route_child(facts, f, manifest, renv, recipes, role=role, host="127.0.0.1",
+                                     port=renv.free_ports[i], want_device=dev, draft=draft, drafters=True,
+                                     proxied_alias=alias))
+    spec = LayaSpec(model_dir=flags.laya_model or "", policy=policy.path, min_confidence=policy.min_confidence,
+                    default=default_role, classes=classes)
+    port = flags.port if flags.port is not None else DEFAULT_PORT
+    proxy = ProxySpec(host=flags.host, port=port, policy="laya", alias=alias, laya=spec)
+    return LaunchPlan(mode="proxy", children=tuple(children), proxy=proxy, model=facts)
+
+
+def _route(facts, flags, manifest, renv, recipes, draft, long_facts, laya_policy) -> LaunchPlan:
+    refused = laya_refusal(flags, facts)
+    if refused is not None:
+        raise _Refused(refused.rule, refused.message)
     if flags.device not in DEVICES:
         raise _Refused("device-unknown", f"--device {flags.device}: unknown device (choose from {', '.join(DEVICES)})")
     if flags.mtp and flags.dflash:
@@ -466,6 +629,13 @@ def _route(facts, flags, manifest, renv, recipes, draft, long_facts) -> LaunchPl
         raise _Refused("long-adaptive", "--long-model and --adaptive cannot be combined")
     if flags.dflash and draft is not None and draft.onebp:
         raise _Refused("dflash-1bp", f"--dflash {flags.dflash}: a drafter must be a GGUF file, not a 1BP package")
+
+    if flags.laya or flags.laya_model:
+        if flags.device not in DEVICES:
+            raise _Refused("device-unknown", f"--device {flags.device}: unknown device (choose from {', '.join(DEVICES)})")
+        if laya_policy is None:
+            raise ValueError("caller must load the Laya policy for --laya")
+        return _laya_children(facts, flags, manifest, renv, recipes, draft, laya_policy)
 
     public_port = flags.port if flags.port is not None else DEFAULT_PORT
     common = dict(flags=flags, manifest=manifest, renv=renv, recipes=recipes)

@@ -2,9 +2,13 @@
 waits for /health, asks /v1/chat/completions, prints the answer and `llama-server --version`, stops the server.
 
     python scripts/serve_smoke.py .onebit/prefix/cpu
+    python scripts/serve_smoke.py .onebit/prefix/vulkan --device vulkan   # prints the server's device report too
+
+The server's stderr is kept: with --device it prints the lines that show where the model's layers went.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import socket
 import subprocess
@@ -25,22 +29,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def main(prefix: Path) -> int:
+DEVICE_LINES = ("offload", "Vulkan0", "CUDA0", "HRX0", "ROCm0", "model buffer", "using device")
+
+
+def main(prefix: Path, device: str = "auto") -> int:
     manifest = json.loads((prefix / "share" / "onebit" / "manifest.json").read_text())
-    server = prefix / manifest["backends"]["cpu"]["binaries"]["llama-server"]
+    backend = "cpu" if device in ("auto", "cpu") else device
+    server = prefix / manifest["backends"][backend]["binaries"]["llama-server"]
     version = subprocess.run([server, "--version"], capture_output=True, text=True)
     print((version.stdout + version.stderr).strip())
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "tiny.gguf"
         write_tiny_gguf(model)
         port = free_port()
-        proc = subprocess.Popen([prefix / "bin" / "1bit", "serve", "-m", model, "--port", str(port), "--alias", "tiny",
-                                 "--ctx-size", "256", "-t", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        log = Path(tmp) / "server.log"
+        with open(log, "w") as err:
+            proc = subprocess.Popen([prefix / "bin" / "1bit", "serve", "-m", model, "--port", str(port), "--alias", "tiny",
+                                     "--device", device, "--ctx-size", "256", "-t", "2", "-lv", "4"],
+                                    stdout=subprocess.DEVNULL, stderr=err, text=True)
         try:
             deadline = time.monotonic() + 120
             while True:
                 if proc.poll() is not None:
-                    print(proc.stderr.read(), file=sys.stderr)
+                    print(log.read_text()[-3000:], file=sys.stderr)
                     return 1
                 try:
                     if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
@@ -58,8 +69,16 @@ def main(prefix: Path) -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+        if device != "auto":
+            for line in log.read_text(errors="replace").splitlines():
+                if any(k in line for k in DEVICE_LINES):
+                    print(f"server: {line.strip()}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]).resolve()))
+    ap = argparse.ArgumentParser(description="serve a chat completion from an installed bundle")
+    ap.add_argument("prefix", type=Path)
+    ap.add_argument("--device", default="auto", help="passed to `1bit serve --device` (default auto)")
+    a = ap.parse_args()
+    sys.exit(main(a.prefix.resolve(), a.device))

@@ -23,32 +23,53 @@ STUB = HERE / "stubs" / "llama_server_stub.py"
 SHA = "0" * 40
 STRIX = ("vulkan", "hrx", "rocm", "lean-vulkan", "npu", "zinc", "ds4", "cpu")
 DEVICES = {
-    "cpu": ["CPU"], "vulkan": ["Vulkan0"], "lean-vulkan": ["Vulkan0"], "hrx": ["HRX0"], "rocm": ["ROCm0"],
+    "cpu": ["CPU"], "vulkan": ["Vulkan0"], "lean-vulkan": ["Vulkan0"], "hrx": ["HRX0", "Vulkan0"], "rocm": ["ROCm0"],
     "cuda": ["CUDA0"], "npu": ["NPU0"], "zinc": ["ZINC0"], "ds4": ["ROCm0"],
 }
+# each backend's program (the key its adapter looks up), adapter and variant id (its libexec/onebit/<variant> subtree)
+PROGRAM = {"zinc": "zinc", "ds4": "ds4-server", "npu": "amdxdna.ko"}
+ADAPTER = {"zinc": "zinc", "ds4": "ds4", "npu": "npu"}
+VARIANT = {"rocm": "lean-rocm", "ds4": "ds4-rocm", "npu": "xdna"}
 
 
-def backend_entry(name: str, binary: str | None = None, env: dict | None = None, features=None) -> dict:
+def per_backend_layout(name: str) -> tuple[str, dict]:
+    """(root, binaries) as the per-backend prefix layout stages them (issue #7)."""
+    root = f"libexec/onebit/{VARIANT.get(name, name)}"
+    prog = PROGRAM.get(name, "llama-server")
+    rel = "lib/modules/amdxdna.ko" if name == "npu" else f"bin/{prog}"
+    return root, {prog: f"{root}/{rel}"}
+
+
+def backend_entry(name: str, binary: str | None = None, env: dict | None = None, features=None,
+                  layout: str = "flat") -> dict:
     if features is None:
         features = ["hadamard_w4a4"] if name == "rocm" else []
+    prog = PROGRAM.get(name, "llama-server")
+    binaries = {prog: binary or f"libexec/onebit/{name}/{prog}"}
     e = {
         "recipe": name,
         "package": f"onebit-{name}",
         "version": "0.0.1",
         "build_number": 0,
-        "binaries": {"llama-server": binary or f"libexec/onebit/{name}/llama-server"},
+        "binaries": binaries,
         "devices": DEVICES[name],
         "source": {"pin": "llama.cpp", "url": "https://example.invalid/llama.cpp.git", "commit": SHA},
         "features": features,
     }
     if env:
         e["env"] = env
+    if layout == "per-backend":
+        root, e["binaries"] = per_backend_layout(name)
+        if binary:  # named by its file name: a test can give the npu backend an `npu-server`
+            e["binaries"] = {Path(binary).name: binary}
+        e["root"] = root
+        e["adapter"] = ADAPTER.get(name, "llama-server")
     return e
 
 
 def write_manifest(prefix: Path, backends, *, bundle: str = "test", version: str = "1.2.3", build_number: int = 4,
                    binaries: dict | None = None, envs: dict | None = None, features: dict | None = None,
-                   recipes: str | None = None) -> Path:
+                   recipes: str | None = None, layout: str = "flat", devices: dict | None = None) -> Path:
     """Write prefix/share/onebit/manifest.json naming `backends` (names or full entries)."""
     binaries, envs, features = binaries or {}, envs or {}, features or {}
     data = {
@@ -58,9 +79,11 @@ def write_manifest(prefix: Path, backends, *, bundle: str = "test", version: str
         "build_number": build_number,
         "platform": "linux-64",
         "backends": {
-            b: backend_entry(b, binaries.get(b), envs.get(b), features.get(b)) for b in backends
+            b: backend_entry(b, binaries.get(b), envs.get(b), features.get(b), layout) for b in backends
         },
     }
+    for b, devs in (devices or {}).items():
+        data["backends"][b]["devices"] = devs
     if recipes:
         data["serve"] = {"recipes": recipes}
     path = prefix / "share" / "onebit" / "manifest.json"

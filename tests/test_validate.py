@@ -39,8 +39,8 @@ def line_of(path: Path, needle: str) -> int:
 
 def test_the_real_project_is_valid():
     project = config.load_project(ROOT)
-    assert set(project.bundles) == {"cpu", "strix", "nvidia"}
-    assert set(project.recipes) == {"vulkan", "hrx", "lean", "xdna", "zinc", "cpu", "cuda", "tokenizers", "laya", "serve"}
+    assert set(project.bundles) == {"cpu", "strix", "nvidia", "vulkan"}
+    assert set(project.recipes) == {"vulkan", "hrx", "lean", "xdna", "zinc", "ds4", "ds4-rocm", "cpu", "cuda", "tokenizers", "laya", "serve"}
     assert project.pins["llama.cpp"].commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
     sdist = project.pins["llama.cpp"].mirrors[0]
     assert (sdist.kind, sdist.spec["package"], sdist.spec["version"]) == ("pypi_sdist", "llama-cpp-python", "0.3.36")
@@ -121,7 +121,7 @@ def test_cli_validate_prints_errors_without_traceback(project, capsys):
 
 def test_cli_validate_ok(capsys):
     assert main(["--root", str(ROOT), "validate"]) == 0
-    assert "11 pins, 10 recipes, 3 bundles" in capsys.readouterr().err
+    assert "13 pins, 12 recipes, 4 bundles" in capsys.readouterr().err
 
 
 def test_missing_file_is_a_clear_error(tmp_path):

@@ -11,6 +11,7 @@ from typing import Mapping, Protocol
 from ..plan_types import Command
 from .cargo import CargoKind
 from .cmake import CMakeKind
+from .make import MakeKind
 from .script import ScriptKind
 from .zig import ZigKind
 
@@ -47,6 +48,7 @@ KINDS: dict[str, BuildKind] = {
     "zig": ZigKind(),
     "cargo": CargoKind(),
     "script": ScriptKind(),
+    "make": MakeKind(),
 }
 
 

@@ -82,3 +82,17 @@ def check_output(command_index: int, output: str) -> str | None:
 
 
 CMakeKind.check_output = staticmethod(check_output)
+
+
+def note_output(command_index: int, output: str) -> tuple[str | None, dict]:
+    """Called after each command like check_output, but it informs instead of failing: what the configure reported
+    that the build goes without (ggml-vulkan's glslc probes), as a log line and as facts for the manifest entry."""
+    from . import vulkan_report
+
+    if command_index != 0:
+        return None, {}
+    dropped = vulkan_report.manifest_value(output)
+    return vulkan_report.configure_note(0, output), ({"dropped_shader_features": dropped} if dropped else {})
+
+
+CMakeKind.note_output = staticmethod(note_output)

@@ -4,6 +4,13 @@ from __future__ import annotations
 from ..plan_types import Command
 
 
+def zig_value(value: object) -> str:
+    """zig build -D takes booleans as true/false (it refuses Python's True)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 class ZigKind:
     name = "zig"
 
@@ -15,7 +22,7 @@ class ZigKind:
         optimize = options.pop("optimize", None)
         if optimize:
             argv.append(f"-Doptimize={optimize}")
-        argv += [f"-D{k}={v}" for k, v in options.items()]
+        argv += [f"-D{k}={zig_value(v)}" for k, v in options.items()]
         argv += ["--prefix", ctx.build_prefix, "--cache-dir", f"{ctx.build}/zig-cache", "-j" + str(ctx.jobs)]
         return [Command(tuple(ctx.net_cut) + tuple(argv), cwd=ctx.source, env=env_items(ctx, ZIG_GLOBAL_CACHE_DIR=f"{ctx.build}/zig-global-cache"))]
 

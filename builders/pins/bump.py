@@ -357,8 +357,8 @@ class Repo:
             tree = gitops.git(["write-tree"], cwd=self.top, env=env).stdout.strip()
         commit = gitops.git(["commit-tree", tree, "-p", "HEAD", "-m", message], cwd=self.top).stdout.strip()
         url = self.remote_url()
-        gitops.git([*gitops.auth_args(url, self.token), "push", "--quiet", url, f"{commit}:refs/heads/{branch}"], cwd=self.top,
-                   what=f"cannot push {branch} to {self.remote}", hint="the token needs contents: write on this repository")
+        gitops.git(["push", "--quiet", url, f"{commit}:refs/heads/{branch}"], cwd=self.top,
+                   env=gitops.auth_env(url, self.token), what=f"cannot push {branch} to {self.remote}", hint="the token needs contents: write on this repository")
         return commit
 
 

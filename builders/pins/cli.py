@@ -13,6 +13,7 @@ from ..errors import OnebitError
 from . import bump as bumpmod
 from . import check as checkmod
 from .decide import render_pr_body
+from .secrets import redact
 
 
 def _console() -> Console:
@@ -61,7 +62,7 @@ def _guarded(fn):
         try:
             return fn(args)
         except OnebitError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {redact(str(exc))}", file=sys.stderr)
             return 2
     run.__name__ = fn.__name__
     return run
@@ -91,7 +92,7 @@ def _summary(lines: list[str]) -> None:
 @_guarded
 def cmd_bump(args) -> int:
     console = _console()
-    ctx = bumpmod.make_context(_root(args), log=lambda m: console.print(f"[dim]{m}[/]"))
+    ctx = bumpmod.make_context(_root(args), log=lambda m: console.print(f"[dim]{redact(m)}[/]"))
     opts = bumpmod.Options(names=args.names, cadence=args.cadence, open_pr=args.open_pr, dry_run=args.dry_run,
                            allow_rollback=args.allow_rollback, reason=args.reason, remote=args.remote, repo=args.repo,
                            base_branch=args.base_branch)
@@ -102,7 +103,7 @@ def cmd_bump(args) -> int:
     md = ["## pins bump", "", "| pin | outcome | detail |", "|---|---|---|"]
     for o in outcomes:
         style = "red" if o.failed else ("green" if o.state in ("proposed", "edited", "would-propose") else "")
-        detail = o.detail + (f" {o.url}" if o.url else "")
+        detail = redact(o.detail + (f" {o.url}" if o.url else ""))
         table.add_row(o.pin, f"[{style}]{o.state}[/]" if style else o.state, detail)
         md.append(f"| {o.pin} | {o.state} | {detail.replace(chr(10), '<br>')} |")
     console.print(table)
@@ -110,11 +111,11 @@ def cmd_bump(args) -> int:
         for o in outcomes:
             if o.proposal:
                 console.rule(f"{o.pin}: {o.proposal.branch}")
-                console.print(render_pr_body(o.proposal), markup=False)
+                console.print(redact(render_pr_body(o.proposal)), markup=False)
     _summary(md)
     failed = [o for o in outcomes if o.failed]
     for o in failed:
-        print(f"error: {o.pin}: {o.state}: {o.detail}", file=sys.stderr)
+        print(redact(f"error: {o.pin}: {o.state}: {o.detail}"), file=sys.stderr)
     return 1 if failed else 0
 
 

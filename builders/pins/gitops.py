@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import OnebitError
+from . import secrets
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 BOT_NAME = "1bit pin bot"
@@ -36,12 +37,29 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def auth_args(url: str, token: str | None) -> list[str]:
-    """`-c http.<url>.extraheader=...` for pushing to an https GitHub remote with the bot token (never put in the URL)."""
-    if not token or not url.startswith("https://"):
-        return []
+LOOPBACK_HTTP = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?/")
+
+
+def may_send_token(url: str) -> bool:
+    """The token goes only to https remotes (and plain http on loopback, for local test servers)."""
+    return url.startswith("https://") or bool(LOOPBACK_HTTP.match(url))
+
+
+def auth_env(url: str, token: str | None) -> dict[str, str]:
+    """Environment that gives git an `http.<url>.extraheader` with the bot token (GIT_CONFIG_COUNT/KEY/VALUE).
+
+    Never on the command line: any local user can read a process's argv in /proc, but only its owner its environment.
+    Never in the URL either."""
+    if not token or not may_send_token(url):
+        return {}
+    secrets.register(token)
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-    return ["-c", f"http.{url}.extraheader=AUTHORIZATION: basic {basic}"]
+    try:
+        n = int(os.environ.get("GIT_CONFIG_COUNT", "0"))
+    except ValueError:
+        n = 0
+    return {"GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": f"http.{url}.extraheader",
+            f"GIT_CONFIG_VALUE_{n}": f"AUTHORIZATION: basic {basic}"}
 
 
 def git(args: Sequence[str], *, cwd: Path | str | None = None, check: bool = True, input: str | None = None,
@@ -54,7 +72,7 @@ def git(args: Sequence[str], *, cwd: Path | str | None = None, check: bool = Tru
         raise OnebitError(f"{what or 'git ' + args[0]}: timed out after {timeout:.0f} s", where=where, hint=hint) from None
     if check and proc.returncode != 0:
         msg = (proc.stderr or proc.stdout).strip().splitlines()
-        msg = [m for m in msg if "extraheader" not in m]
+        msg = [secrets.redact(m) for m in msg if "extraheader" not in m]
         detail = " / ".join(msg[-3:]) or f"exit {proc.returncode}"
         raise OnebitError(f"{what}: {detail}" if what else f"git {args[0]} failed: {detail}", where=where, hint=hint)
     return proc
@@ -272,9 +290,9 @@ def update_fork(*, pin: str, mode: str, fork_url: str, branch: str, pinned: str,
         if push:
             git(["tag", "-f", tag, head], cwd=clone)
             lease = [f"--force-with-lease=refs/heads/{branch}:{head}"] if mode == "rebase" else []
-            git([*auth_args(fork_url, token), "push", "--quiet", "--atomic", *lease, fork_url,
+            git(["push", "--quiet", "--atomic", *lease, fork_url,
                  f"refs/tags/{tag}:refs/tags/{tag}", f"{'+' if mode == 'rebase' else ''}HEAD:refs/heads/{branch}"],
-                cwd=clone, what=f"cannot push {branch} and tag {tag} to {fork_url}", where=where,
+                cwd=clone, env=auth_env(fork_url, token), what=f"cannot push {branch} and tag {tag} to {fork_url}", where=where,
                 hint="the bot token needs write access to the fork; nothing else was changed")
         return ForkResult(head, new_tip, True, count, up_anc, tip_forward, tag)
     finally:

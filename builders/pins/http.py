@@ -14,6 +14,7 @@ from urllib.parse import quote
 import requests
 
 from ..errors import OnebitError
+from . import secrets
 
 GITHUB_API = "https://api.github.com"
 HF_ENDPOINT = "https://huggingface.co"
@@ -31,6 +32,7 @@ class _Client:
     def __init__(self, base: str, token: str | None = None, session: requests.Session | None = None):
         self.base = base.rstrip("/")
         self.token = token
+        secrets.register(token)
         self.session = session or requests.Session()
 
     def _headers(self) -> dict[str, str]:
@@ -40,7 +42,8 @@ class _Client:
                 raw: bool = False) -> Any:
         url = path if path.startswith(("http://", "https://")) else f"{self.base}{path}"
         try:
-            resp = self.session.request(method, url, params=params, json=json, headers=self._headers(), timeout=TIMEOUT)
+            resp = self.session.request(method, url, params=params, json=secrets.redact_data(json), headers=self._headers(),
+                                        timeout=TIMEOUT)
         except requests.RequestException as exc:
             raise OnebitError(f"cannot reach the {self.service} API: {type(exc).__name__}", where=url,
                               hint="check the network (and the base URL setting); nothing was changed") from None
@@ -54,7 +57,8 @@ class _Client:
             hint = None
             if resp.status_code in (401, 403):
                 hint = "the token is missing, expired or lacks permission (contents: write, pull-requests: write)"
-            raise OnebitError(f"{self.service} API said {resp.status_code}: {message}", where=f"{method} {url}", hint=hint)
+            raise OnebitError(f"{self.service} API said {resp.status_code}: {secrets.redact(str(message))}", where=f"{method} {url}",
+                              hint=hint)
         if raw:
             return resp.content
         if resp.status_code == 204 or not resp.content:

@@ -1,6 +1,7 @@
 """What upstream offers now, per policy: ls-remote and the GitHub REST API only, never a clone."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..config import Pin
@@ -75,8 +76,9 @@ def resolve(pins: dict[str, Pin], name: str, github: GitHub) -> Target:
         tags = gitops.tag_commits(pin.url, where=where)
         try:
             tag = newest_tag(tags, raw["tag_pattern"])
-        except Exception as exc:  # re.error
-            raise OnebitError(f"tag_pattern is not a valid regular expression: {exc}", where=where) from None
+        except re.error as exc:
+            raise OnebitError(f"tag_pattern {raw['tag_pattern']!r} is not a valid regular expression: {exc}", where=where,
+                              hint="fix tag_pattern in pins.yaml (it must match the whole tag name)") from None
         if not tag:
             raise OnebitError(f"no tag of {pin.url} matches tag_pattern {raw['tag_pattern']!r}", where=where,
                               hint="the pattern must match the whole tag name")

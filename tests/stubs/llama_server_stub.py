@@ -9,6 +9,10 @@ Environment:
                       /v1/chat/completions (streamed: ONEBIT_STUB_CHUNKS chunks, ONEBIT_STUB_DELAY s apart),
                       /props, /slots, /metrics, /v1/models. Otherwise exit 0 after recording.
   ONEBIT_STUB_HEALTH_DELAY  seconds /health answers 503 before it answers 200
+  ONEBIT_STUB_DEVICES  comma-separated device names: `--list-devices` prints them as llama-server does
+                       ("Available devices:" then "  <name>: <description>"); `--check` prints them as zinc's Vulkan
+                       enumeration does ("GPU <i>: <name> | VRAM ..." on stderr, for names ending in <i>)
+It also reads zinc's port spelling (-p).
 """
 
 import json
@@ -27,8 +31,20 @@ def opt(argv, *names, default=None):
 
 def main():
     argv = sys.argv
+    devices = [d for d in os.environ.get("ONEBIT_STUB_DEVICES", "").split(",") if d]
+    if "--list-devices" in argv:
+        print("Available devices:")
+        for d in devices:
+            print(f"  {d}: stub device {d} (1024 MiB, 1000 MiB free)")
+        if not devices:
+            print("  (none)")
+        return 0
+    if "--check" in argv:
+        for d in devices:
+            print(f"info: GPU {d[-1]}: stub {d} | VRAM: 1024 MB | vendor: 0x1002", file=sys.stderr)
+        return 0
     host = opt(argv, "--host", default="127.0.0.1")
-    port = int(opt(argv, "--port", default="8080"))
+    port = int(opt(argv, "--port", "-p", default="8080"))
     alias = opt(argv, "--alias", "-a", default="stub")
     rec = os.environ.get("ONEBIT_STUB_RECORD")
     if rec:

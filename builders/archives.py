@@ -1,0 +1,118 @@
+"""Unpack archives safely: a member whose name is absolute or climbs out with `..`, and any link or device, is
+refused before anything is written. One place for every unpack (sdists, wheels, Lemonade archives)."""
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+from .errors import OnebitError
+
+
+class ArchiveError(OnebitError):
+    pass
+
+
+def member_problem(name: str, *, is_link: bool = False, is_special: bool = False) -> str | None:
+    """Why a member may not be unpacked, or None. Pure: a table test covers it."""
+    if not name or "\0" in name:
+        return "has an empty or NUL name"
+    if is_link:
+        return "is a link"
+    if is_special:
+        return "is a device, FIFO or other special file"
+    if "\\" in name:
+        return "has a backslash in its name"
+    p = PurePosixPath(name)
+    if p.is_absolute() or name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        return "has an absolute path"
+    if ".." in p.parts:
+        return "climbs out with '..'"
+    return None
+
+
+def _tar_problem(m: tarfile.TarInfo) -> str | None:
+    return member_problem(m.name, is_link=m.issym() or m.islnk(), is_special=not (m.isfile() or m.isdir()))
+
+
+def _zip_problem(info: zipfile.ZipInfo) -> str | None:
+    mode = info.external_attr >> 16
+    is_link = (mode & 0o170000) == 0o120000
+    return member_problem(info.filename, is_link=is_link)
+
+
+def _refuse(archive: Path, name: str, problem: str) -> ArchiveError:
+    return ArchiveError(f"archive {Path(archive).name}: member {name!r} {problem}; refusing to unpack it",
+                        where=str(archive), hint="the archive is corrupt or malicious: delete it and download it again")
+
+
+def check_tar(archive: Path) -> None:
+    """Refuse the whole tar if any member is unsafe (one streaming pass)."""
+    with tarfile.open(archive, "r|*") as tar:
+        for m in tar:
+            problem = _tar_problem(m)
+            if problem:
+                raise _refuse(archive, m.name, problem)
+
+
+def extract_tar(archive: Path, into: Path, *, select: Callable[[str], bool] = lambda name: True) -> int:
+    """Unpack the members `select` accepts into `into`; every member is checked first, so nothing is written when
+    one is unsafe. Returns how many members were unpacked. Two streaming passes (a .tar.gz has no random access)."""
+    check_tar(archive)
+    into.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with tarfile.open(archive, "r|*") as tar:
+        for m in tar:
+            if select(m.name):
+                tar.extract(m, into, filter="data")  # the stdlib's own guard too
+                count += 1
+    return count
+
+
+def extract_zip(archive: Path, into: Path, *, select: Callable[[str], bool] = lambda name: True) -> int:
+    """Unpack a zip (a wheel) with the same checks; nothing is written when one member is unsafe."""
+    with zipfile.ZipFile(archive) as zf:
+        infos = zf.infolist()
+        for info in infos:
+            problem = _zip_problem(info)
+            if problem:
+                raise _refuse(archive, info.filename, problem)
+        into.mkdir(parents=True, exist_ok=True)
+        count = 0
+        for info in infos:
+            if not select(info.filename):
+                continue
+            target = into / info.filename
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode:
+                os.chmod(target, mode & 0o755)
+            count += 1
+    return count
+
+
+def check_archive_file(archive: Path) -> None:
+    """Check every member of a zip/wheel or tar without unpacking it."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                problem = _zip_problem(info)
+                if problem:
+                    raise _refuse(archive, info.filename, problem)
+        return
+    check_tar(archive)
+
+
+def extract(archive: Path, into: Path, *, select: Callable[[str], bool] = lambda name: True) -> int:
+    """A .whl/.zip or any tar the stdlib reads."""
+    if zipfile.is_zipfile(archive):
+        return extract_zip(archive, into, select=select)
+    return extract_tar(archive, into, select=select)

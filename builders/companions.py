@@ -1,0 +1,253 @@
+"""Companion sources that come with a pin: git submodules at their gitlinks, vendored crates, Hugging Face files.
+
+Each is fetched once into the content-addressed cache, verified, and works offline afterwards:
+- submodules: the gitlink SHAs recorded in the pinned commit's tree (recursively), each fetched like a pin into
+  cache/git/<sha>.git and verified to hold that commit; a lock file lists what was found. URLs come from the
+  commit's .gitmodules and go through git's own `url.<base>.insteadOf` rewriting, so a mirror is a git config line.
+- crates: `cargo vendor --locked` of a manifest in the checked-out source, keyed by the source commit; the config
+  that cargo prints is kept beside the crates, and a digest of the vendored tree is checked on every reuse.
+- Hugging Face: `<endpoint>/<repo>/resolve/<revision>/<file>` for each file pinned in pins.yaml, checked against its
+  sha256. The endpoint is $ONEBIT_HF_ENDPOINT (default https://huggingface.co).
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from .config import file_sha256, tree_digest
+from .errors import FetchError
+from .fetch import _fetch_into_new_repo, cached, is_local
+from .package import replace_dir, write_text_atomic
+
+Log = Callable[[str], None]
+HF_ENDPOINT_ENV = "ONEBIT_HF_ENDPOINT"
+HF_DEFAULT_ENDPOINT = "https://huggingface.co"
+COMPLETE = ".complete"
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+def _git(git_dir: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise FetchError(f"git {' '.join(args)} in {git_dir} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+# ---- submodules ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Submodule:
+    path: str  # relative to the top source tree
+    url: str  # as .gitmodules says (after resolving a relative URL against the parent's)
+    commit: str  # the gitlink
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "url": self.url, "commit": self.commit}
+
+
+def gitlinks(git_dir: Path, commit: str) -> dict[str, str]:
+    """Pure read of a commit's tree: submodule path -> gitlink SHA."""
+    out = _git(git_dir, "ls-tree", "-r", "-z", commit)
+    links = {}
+    for entry in out.split("\0"):
+        if not entry:
+            continue
+        meta, path = entry.split("\t", 1)
+        _mode, kind, sha = meta.split()
+        if kind == "commit":
+            links[path] = sha
+    return links
+
+
+def gitmodules(git_dir: Path, commit: str) -> dict[str, str]:
+    """submodule path -> url, from the commit's .gitmodules ({} when it has none)."""
+    proc = subprocess.run(["git", "--git-dir", str(git_dir), "config", "--blob", f"{commit}:.gitmodules", "-z",
+                           "--get-regexp", r"^submodule\..*\.(path|url)$"], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return {}
+    by_name: dict[str, dict[str, str]] = {}
+    for item in proc.stdout.split("\0"):
+        if not item:
+            continue
+        key, _, value = item.partition("\n")
+        name, _, field = key[len("submodule."):].rpartition(".")
+        by_name.setdefault(name, {})[field] = value
+    return {v["path"]: v["url"] for v in by_name.values() if "path" in v and "url" in v}
+
+
+def absolute_url(url: str, parent_url: str) -> str:
+    """A .gitmodules URL made absolute: `../x.git` is relative to the superproject's URL, as git resolves it."""
+    if not url.startswith(("./", "../")):
+        return url
+    base = parent_url.rstrip("/")
+    scheme, sep, rest = base.partition("://")
+    if not sep:
+        scheme, rest = "", base
+    joined = posixpath.normpath(posixpath.join(rest, url))  # the superproject URL as the base directory, like git
+    return f"{scheme}://{joined}" if sep else joined
+
+
+def rewritten(url: str) -> str:
+    """The URL git would really fetch, after the user's url.<base>.insteadOf rules (a mirror is one config line)."""
+    proc = subprocess.run(["git", "ls-remote", "--get-url", url], capture_output=True, text=True, check=False)
+    return proc.stdout.strip() or url if proc.returncode == 0 else url
+
+
+def fetch_submodules(git_cache: Callable[[str], Path], git_dir: Path, commit: str, url: str, want: list[str],
+                     lock: Path, *, offline: bool = False, log: Log = _noop) -> list[Submodule]:
+    """Fetch the wanted submodules of `commit` (and theirs, recursively) at their gitlinks; write the lock file."""
+    if lock.is_file():
+        subs = [Submodule(**s) for s in json.loads(lock.read_text())]
+        if all(cached(git_cache(s.commit), s.commit) for s in subs):
+            return subs
+    found: list[Submodule] = []
+
+    def walk(gdir: Path, at: str, parent_url: str, prefix: str, only: list[str] | None) -> None:
+        links = gitlinks(gdir, at)
+        urls = gitmodules(gdir, at)
+        for path in only if only is not None else sorted(links):
+            if path not in links:
+                raise FetchError(f"{url} @ {commit[:12]}: {prefix + path!r} is not a submodule (gitlinks: "
+                                 f"{', '.join(sorted(prefix + p for p in links)) or 'none'})",
+                                 hint="fix source.submodules in the recipe")
+            if path not in urls:
+                raise FetchError(f"{prefix + path}: gitlink {links[path][:12]} has no URL in .gitmodules at {at[:12]}")
+            sub = Submodule(prefix + path, absolute_url(urls[path], parent_url), links[path])
+            dest = git_cache(sub.commit)
+            if not cached(dest, sub.commit):
+                real = rewritten(sub.url)
+                if offline and not is_local(real):
+                    raise FetchError(f"submodule {sub.path} @ {sub.commit[:12]} is not in the cache ({dest}) and --offline "
+                                     f"forbids fetching {real}", hint="run `1bit-build fetch BUNDLE` once with network")
+                log(f"git fetch submodule {sub.path} @ {sub.commit[:7]} from {real}")
+                try:
+                    _fetch_into_new_repo(dest, real, sub.commit)
+                except FetchError as exc:
+                    raise FetchError(f"submodule {sub.path} @ {sub.commit}: {exc.what}") from None
+                except git.GitCommandError as exc:  # git's own message, one line
+                    msg = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
+                    raise FetchError(f"submodule {sub.path} @ {sub.commit} could not be fetched from {real}: "
+                                     f"{msg[-1] if msg else exc}",
+                                     hint="add a url.<mirror>.insteadOf rule to git config for this URL") from None
+            found.append(sub)
+            walk(dest, sub.commit, sub.url, sub.path + "/", None)
+
+    walk(git_dir, commit, url, "", list(want) if want != ["*"] else None)
+    write_text_atomic(lock, json.dumps([s.to_json() for s in found], indent=1))
+    return found
+
+
+def checkout_submodules(src: Path, lock: Path, git_cache: Callable[[str], Path]) -> list[Submodule]:
+    """Check out each locked submodule as a worktree of its cache entry, parents before children."""
+    subs = [Submodule(**s) for s in json.loads(lock.read_text())]
+    for sub in sorted(subs, key=lambda s: s.path.count("/")):
+        target = src / sub.path
+        if target.exists() and not any(target.iterdir()):
+            target.rmdir()  # git leaves an empty directory for an uninitialised submodule
+        gdir = git_cache(sub.commit)
+        subprocess.run(["git", "--git-dir", str(gdir), "worktree", "prune"], capture_output=True, check=False)
+        _git(gdir, "worktree", "add", "--quiet", "--force", "--detach", str(target), sub.commit)
+    return subs
+
+
+# ---- crates ----------------------------------------------------------------------------------------------------
+def crates_ready(dest: Path) -> bool:
+    stamp = dest / COMPLETE
+    return stamp.is_file() and (dest / "vendor").is_dir() and stamp.read_text().strip() == tree_digest(dest / "vendor")
+
+
+def vendor_crates(source: Path, manifest: str, dest: Path, *, offline: bool = False, log: Log = _noop) -> str:
+    """`cargo vendor --locked` into dest/vendor; dest/config.toml is the config cargo printed, pointing there."""
+    if crates_ready(dest):
+        return "cache"
+    if dest.exists():
+        raise FetchError(f"vendored crates at {dest} do not match their recorded digest",
+                         hint=f"the cache is corrupt or was edited; delete {dest} and fetch again")
+    if offline:
+        raise FetchError(f"crates for {manifest} are not vendored yet ({dest}) and --offline forbids downloading",
+                         hint="run `1bit-build fetch BUNDLE` once with network")
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    log(f"cargo vendor --locked ({manifest})")
+    proc = subprocess.run(["cargo", "vendor", "--locked", "--versioned-dirs", "--manifest-path", str(source / manifest),
+                           str(tmp / "vendor")], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        last = proc.stderr.strip().splitlines()
+        raise FetchError(f"cargo vendor failed for {manifest}: {last[-1] if last else proc.returncode}",
+                         hint="check the network, or that Cargo.lock matches Cargo.toml (--locked)")
+    config = proc.stdout.replace(str(tmp / "vendor"), str(dest / "vendor"))
+    (tmp / "config.toml").write_text(config)
+    (tmp / COMPLETE).write_text(tree_digest(tmp / "vendor") + "\n")
+    replace_dir(tmp, dest)
+    return "vendored"
+
+
+# ---- Hugging Face ----------------------------------------------------------------------------------------------
+def hf_endpoint(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return (env.get(HF_ENDPOINT_ENV) or HF_DEFAULT_ENDPOINT).rstrip("/")
+
+
+def hf_url(endpoint: str, repo: str, revision: str, name: str) -> str:
+    return f"{endpoint}/{repo}/resolve/{revision}/{name}"
+
+
+def hf_ready(dest: Path, files: Mapping[str, str]) -> bool:
+    stamp = dest / COMPLETE
+    if not stamp.is_file():
+        return False
+    recorded = json.loads(stamp.read_text())
+    return recorded == dict(files) and all((dest / n).is_file() for n in files)
+
+
+def fetch_hf(repo: str, revision: str, files: Mapping[str, str | None], dest: Path, *, where: str = "",
+             offline: bool = False, endpoint: str | None = None, log: Log = _noop) -> str:
+    """Each pinned file at the pinned revision into dest/<name>, sha256-checked; atomic as a whole."""
+    unpinned = sorted(n for n, h in files.items() if not h)
+    if unpinned:
+        raise FetchError(f"{repo}: no sha256 pinned for {', '.join(unpinned)}", where=where,
+                         hint="pin every file's sha256 in pins.yaml (`1bit-build pins bump` fills them in)")
+    if hf_ready(dest, files):
+        return "cache"
+    if offline:
+        raise FetchError(f"{repo} @ {revision[:12]} is not in the cache ({dest}) and --offline forbids downloading",
+                         hint="run `1bit-build fetch BUNDLE` once with network")
+    endpoint = endpoint or hf_endpoint()
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for name, sha in sorted(files.items()):
+            url = hf_url(endpoint, repo, revision, name)
+            out = tmp / name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            log(f"download {name}")
+            try:
+                with urllib.request.urlopen(url, timeout=60) as resp, open(out, "wb") as f:
+                    shutil.copyfileobj(resp, f, 1 << 20)
+            except (urllib.error.URLError, OSError) as exc:
+                raise FetchError(f"could not download {url}: {getattr(exc, 'reason', exc)}", where=where,
+                                 hint=f"check the network, or point {HF_ENDPOINT_ENV} at a mirror") from None
+            got = file_sha256(out)
+            if got != sha:
+                raise FetchError(f"sha256 mismatch for {repo}/{name} @ {revision[:12]}: pins.yaml expects {sha}, "
+                                 f"the server sent {got}", where=where,
+                                 hint="do not build from it; if the pin is wrong, re-pin with `1bit-build pins bump`")
+        (tmp / COMPLETE).write_text(json.dumps(dict(files), sort_keys=True))
+        replace_dir(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return f"{endpoint} ({len(files)} file(s))"

@@ -1,0 +1,197 @@
+"""Launch adapters: one per backend program kind, each speaking that program's own command line.
+
+The manifest names a backend's adapter (`adapter`: llama-server, zinc, ds4 or npu). An adapter knows
+  - which entry of the backend's `binaries` is its program (never "the only binary there is"),
+  - which serve options the program has an equivalent for (everything else is refused, in one line),
+  - how to turn the route's decision into the program's argv and environment,
+  - how to ask the program which devices it sees (`1bit check`).
+
+Each command line below follows the program's argument parser at its pin; the citation is next to it.
+llama-server's own argv is built by onebit.route (its options, recipes and drafters are route's business); this
+module only adds what every adapter shares.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+# --- the decision an adapter turns into a command line -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What route decided for one child, in the adapter's neutral terms."""
+
+    model: str
+    host: str
+    port: int
+    device: str | None  # the manifest device name the child must use (Vulkan0, ROCm0, ZINC0, ...); None for CPU
+    ctx_size: int | None = None
+    parallel: int | None = None
+    extra: tuple[str, ...] = ()  # what the user passed through unchanged
+
+
+@dataclass(frozen=True)
+class Command:
+    argv_tail: tuple[str, ...]  # everything after argv[0]
+    env: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # things the user must know about this launch (printed by serve, kept in --dry-run)
+
+
+@dataclass(frozen=True)
+class Adapter:
+    name: str
+    program: str  # the key of the backend's `binaries` that is this adapter's program
+    # serve options this program has an equivalent for; route refuses any other one that the user set
+    supports: frozenset[str]
+    build: Callable[[Decision], Command] | None  # None: route builds the argv itself (llama-server)
+    probe: Callable[[str], list[str]] | None  # binary -> argv that makes the program list its devices
+    parse_devices: Callable[[str, str], tuple[str, ...]] | None  # (stdout, stderr) -> device names it sees
+    cites: str  # where its command line comes from
+    proven: bool = True  # False: no stored source shows the program's parser; the command line is a placeholder
+
+
+class AdapterError(ValueError):
+    """The decision cannot be expressed in this program's command line."""
+
+
+# --- llama-server ----------------------------------------------------------------------------------------------------
+# llama.cpp at its pin, common/arg.cpp common_print_available_devices() (`--list-devices`): "Available devices:", then
+# "  <name>: <description> (<total> MiB, <free> MiB free)" per device that is not the CPU, or "  (none)".
+
+_LIST_DEVICES_LINE = re.compile(r"^\s+([A-Za-z]+[0-9]+):\s", re.MULTILINE)
+
+
+def _llama_devices(stdout: str, stderr: str) -> tuple[str, ...]:
+    seen = [m.group(1) for m in _LIST_DEVICES_LINE.finditer(stdout + "\n" + stderr)]
+    return tuple(dict.fromkeys(seen))
+
+
+LLAMA_SERVER = Adapter(
+    name="llama-server",
+    program="llama-server",
+    supports=frozenset({"ctx_size", "flash_attn", "alias", "parallel", "dflash", "mtp", "mtp_max", "mtp_p_min", "mmproj",
+                        "moe_slots", "prefill_device", "long_model", "adaptive", "laya"}),
+    build=None,
+    probe=lambda binary: [binary, "--list-devices"],
+    parse_devices=_llama_devices,
+    cites="ggml-org/llama.cpp common/arg.cpp at the llama.cpp pin (and the forks built from it)",
+)
+
+
+# --- zinc -----------------------------------------------------------------------------------------------------------
+# zolotukhin/zinc at the zinc pin (b31bfeb, "Initial commit: ZINC inference engine scaffold"), src/main.zig usage:
+#   -m, --model <path>   -p, --port <port>   -d, --device <id> (Vulkan device INDEX)   -c, --context <size>
+#   --parallel <n>
+# The same five options are what parseArgs() in later commits of src/main.zig accepts. zinc has no --host (it
+# listens on 0.0.0.0, src/main.zig "Server listening on 0.0.0.0"), no --jinja, no -ngl and no device names.
+# The pin's main() prints its usage and enumerates Vulkan devices ("GPU <i>: <name> | VRAM ..." from
+# src/vulkan.zig) whatever its arguments, and later commits' `--check` prints the Vulkan probe too.
+
+_ZINC_GPU = re.compile(r"GPU (\d+):")
+
+
+def _device_index(device: str | None) -> str:
+    m = re.search(r"(\d+)$", device or "")
+    return m.group(1) if m else "0"
+
+
+def _zinc(d: Decision) -> Command:
+    argv = ["-m", d.model, "-p", str(d.port), "-d", _device_index(d.device)]
+    if d.ctx_size is not None:
+        argv += ["-c", str(d.ctx_size)]
+    if d.parallel is not None:
+        argv += ["--parallel", str(d.parallel)]
+    notes = (f"zinc has no --host option: it listens on 0.0.0.0:{d.port}, not only on {d.host}",)
+    return Command(argv_tail=(*argv, *d.extra), env={}, notes=notes)
+
+
+def _zinc_devices(stdout: str, stderr: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(f"ZINC{m.group(1)}" for m in _ZINC_GPU.finditer(stdout + "\n" + stderr)))
+
+
+ZINC = Adapter(
+    name="zinc",
+    program="zinc",
+    supports=frozenset({"ctx_size", "parallel"}),
+    build=_zinc,
+    probe=lambda binary: [binary, "--check"],
+    parse_devices=_zinc_devices,
+    cites="zolotukhin/zinc src/main.zig (usage at the pin; parseArgs in later commits)",
+)
+
+
+# --- ds4 (DwarfStar) -------------------------------------------------------------------------------------------------
+# antirez/ds4 ds4_server.c parse_options(): -m/--model FILE, -c/--ctx N, --host HOST (default 127.0.0.1),
+# --port N (default 8000), --backend metal|cuda|cpu, -t/--threads N. The 1bit-MONSTER/ds4 fork (the 1BP reader,
+# docs/1BP.md: ds4-server takes a .1bp wherever it takes a GGUF) adds the ROCm build, whose help (ds4_help.c,
+# DS4_ROCM_BUILD) offers `--backend NAME: metal, rocm, or cpu`. ds4-server serves one session: no --parallel.
+# It has no device-listing option, so `1bit check` can only see that it runs (`--help`).
+
+_DS4_BACKEND = {"ROCm0": "rocm", "CUDA0": "cuda", None: "cpu", "CPU": "cpu"}
+
+
+def _ds4(d: Decision) -> Command:
+    backend = _DS4_BACKEND.get(d.device)
+    if backend is None:
+        raise AdapterError(f"ds4-server has no backend for device {d.device} (it knows rocm, cuda and cpu)")
+    argv = ["-m", d.model, "--host", d.host, "--port", str(d.port), "--backend", backend]
+    if d.ctx_size is not None:
+        argv += ["--ctx", str(d.ctx_size)]
+    return Command(argv_tail=(*argv, *d.extra), env={})
+
+
+DS4 = Adapter(
+    name="ds4",
+    program="ds4-server",
+    supports=frozenset({"ctx_size"}),
+    build=_ds4,
+    probe=lambda binary: [binary, "--help"],
+    parse_devices=None,
+    cites="antirez/ds4 ds4_server.c parse_options(); 1bit-MONSTER/ds4 ds4_help.c (rocm) and docs/1BP.md",
+)
+
+
+# --- the NPU runtime (UNPROVEN) --------------------------------------------------------------------------------------
+# The bundle's npu backend (recipe xdna) ships the amdxdna driver and XRT, not a program that serves a model. The
+# engine serves the NPU from its own C++ `1bit serve -m <Q4NX model dir> --device npu` (engine docs/npu.md); no
+# stored source shows that program's argument parser, and no recipe here builds it. So this adapter needs a
+# binary listed as `npu-server` and, until one exists, route refuses --device npu in one line instead of running
+# whatever the backend ships. The command line below is the engine's documented one and is NOT proven.
+
+
+def _npu(d: Decision) -> Command:
+    argv = ["serve", "-m", d.model, "--device", "npu", "--host", d.host, "--port", str(d.port)]
+    return Command(argv_tail=(*argv, *d.extra), env={},
+                   notes=("the NPU command line is unproven: no stored source shows the NPU runtime's parser",))
+
+
+NPU = Adapter(
+    name="npu",
+    program="npu-server",
+    supports=frozenset(),
+    build=_npu,
+    probe=None,
+    parse_devices=None,
+    cites="1bit-MONSTER/engine docs/npu.md (documented usage only)",
+    proven=False,
+)
+
+
+ADAPTERS: dict[str, Adapter] = {a.name: a for a in (LLAMA_SERVER, ZINC, DS4, NPU)}
+
+# serve flag names (ServeFlags fields) -> how a refusal spells them
+FLAG_SPELLING = {
+    "ctx_size": "--ctx-size", "flash_attn": "--flash-attn", "alias": "--alias", "parallel": "--parallel",
+    "dflash": "--dflash", "mtp": "--mtp", "mtp_max": "--mtp-max", "mtp_p_min": "--mtp-p-min", "mmproj": "--mmproj",
+    "moe_slots": "--moe-slots", "prefill_device": "--prefill-device", "long_model": "--long-model",
+    "adaptive": "--adaptive", "laya": "--laya",
+}
+
+
+def unsupported(adapter: Adapter, given: Mapping[str, object]) -> list[str]:
+    """The serve options the user set that this adapter's program has no equivalent for, as the user spelled them."""
+    return [FLAG_SPELLING[k] for k, v in given.items() if k in FLAG_SPELLING and v not in (None, False)
+            and k not in adapter.supports]

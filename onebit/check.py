@@ -1,0 +1,214 @@
+"""`1bit check`: the installed bundle checks itself.
+
+For every backend of the installed manifest:
+  - route self-test (pure): the route rules run against this manifest, and each device the backend serves must land
+    on the backend's own program (the one its adapter names, inside its own subtree), with a command line its adapter
+    owns; 1BP packages must go to ds4 and --prefill-device hrx to the hrx build;
+  - device probe: the backend's program is asked which devices it sees, through its adapter
+    (`llama-server --list-devices` for the llama.cpp builds);
+then ONE table: backend, binary, devices claimed, devices seen, route self-test. The exit status is 1 when a backend
+cannot see a device it claims (or its program cannot run), or when a self-test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .adapters import ADAPTERS
+from .inspect import ModelFacts
+from .manifest import Manifest
+from .route import DEVICE_BACKENDS, LaunchPlan, Refusal, RouteEnv, ServeFlags, route
+
+PROBE_TIMEOUT = 120
+SELF_TEST_MODEL = "/nonexistent/onebit-self-test/model.gguf"  # route never opens it
+SELF_TEST_1BP = "/nonexistent/onebit-self-test/model.1bp"
+
+
+@dataclass(frozen=True)
+class Probe:
+    seen: tuple[str, ...] | None  # None: the adapter has no way to list devices
+    error: str | None = None  # the program could not be asked (missing, not executable, failed)
+
+
+@dataclass(frozen=True)
+class Row:
+    backend: str
+    binary: str
+    claimed: tuple[str, ...]
+    seen: str
+    self_test: str
+    ok: bool
+
+
+# --- route self-tests (pure) -----------------------------------------------------------------------------------------
+
+
+def _routes_to(manifest: Manifest, backend: str) -> list[str]:
+    """The serve devices that route sends to this backend (first backend present for the device wins)."""
+    out = []
+    for dev, backends in DEVICE_BACKENDS.items():
+        present = [b for b in backends if manifest.has(b)]
+        if present and present[0] == backend:
+            out.append(dev)
+    return out
+
+
+def _expect(manifest: Manifest, backend: str, plan: LaunchPlan | Refusal, what: str) -> str | None:
+    """None when the plan runs this backend's own program the way its adapter says; else what is wrong."""
+    if isinstance(plan, Refusal):
+        return f"{what} refused: {plan.message}"
+    b = manifest.backends[backend]
+    adapter = ADAPTERS[b.adapter]
+    child = plan.children[0]
+    if child.backend != backend:
+        return f"{what} ran backend {child.backend}"
+    want = b.binary(manifest.prefix, adapter.program)
+    if want is None or child.binary != str(want):
+        return f"{what} ran {child.binary}, not this backend's {adapter.program}"
+    if b.root and not Path(child.binary).resolve().is_relative_to((manifest.prefix / b.root).resolve()):
+        return f"{what} ran {child.binary}, outside the backend's root {b.root}"
+    if child.adapter != adapter.name:
+        return f"{what} used the {child.adapter} adapter, not {adapter.name}"
+    if adapter.name == "llama-server":
+        argv = list(child.argv)
+        if "--device" in argv and argv[argv.index("--device") + 1] not in b.devices:
+            return f"{what} asked for --device {argv[argv.index('--device') + 1]}, which {backend} does not list"
+    elif "--jinja" in child.argv or "-ngl" in child.argv:
+        return f"{what} gave {adapter.program} llama-server options"
+    return None
+
+
+def self_test(manifest: Manifest, backend: str) -> tuple[bool, str]:
+    """(passed, text) for one backend."""
+    b = manifest.backends[backend]
+    adapter = ADAPTERS[b.adapter]
+    renv = RouteEnv(env={}, path_llama_server=None, free_ports=())
+    gguf = ModelFacts(path=SELF_TEST_MODEL, kind="gguf", arch="llama")
+    onebp = ModelFacts(path=SELF_TEST_1BP, kind="1bp")
+    tried = []
+    for dev in _routes_to(manifest, backend):
+        facts = onebp if dev == "ds4" else gguf
+        plan = route(facts, ServeFlags(model=facts.path, device=dev), manifest, renv)
+        if adapter.program not in b.binaries and isinstance(plan, Refusal) and plan.rule == "no-program":
+            return True, f"--device {dev} refused: no {adapter.program} in this backend"
+        wrong = _expect(manifest, backend, plan, f"--device {dev}")
+        if wrong:
+            return False, wrong
+        tried.append(dev)
+    if backend == "ds4":
+        wrong = _expect(manifest, backend, route(onebp, ServeFlags(model=onebp.path), manifest, renv), "a 1BP package")
+        if wrong:
+            return False, wrong
+        tried.append("1bp")
+    if backend == "hrx" and {"HRX0", "Vulkan0"} <= set(b.devices):
+        plan = route(gguf, ServeFlags(model=gguf.path, prefill_device="hrx"), manifest, renv)
+        wrong = _expect(manifest, backend, plan, "--prefill-device hrx")
+        if wrong:
+            return False, wrong
+        tried.append("prefill hrx")
+    if not tried:
+        return True, "not routed (another backend serves its devices)"
+    return True, "ok: " + ", ".join(tried)
+
+
+# --- device probes ---------------------------------------------------------------------------------------------------
+
+Runner = Callable[..., subprocess.CompletedProcess]
+
+
+def probe(manifest: Manifest, backend: str, run: Runner = subprocess.run, env: Mapping[str, str] | None = None) -> Probe:
+    b = manifest.backends[backend]
+    adapter = ADAPTERS[b.adapter]
+    path = b.binary(manifest.prefix, adapter.program)
+    if path is None:
+        return Probe(seen=None, error=f"no {adapter.program} in the manifest")
+    if not path.is_file():
+        return Probe(seen=None, error=f"{path} is missing")
+    if not os.access(path, os.X_OK):
+        return Probe(seen=None, error=f"{path} is not executable")
+    if adapter.probe is None:
+        return Probe(seen=None)
+    full_env = dict(os.environ if env is None else env)
+    for k, v in b.env.items():
+        full_env.setdefault(k, v)
+    try:
+        r = run(adapter.probe(str(path)), capture_output=True, text=True, timeout=PROBE_TIMEOUT, env=full_env,
+                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return Probe(seen=None, error=f"{path.name} did not answer within {PROBE_TIMEOUT} s")
+    except OSError as e:
+        return Probe(seen=None, error=f"cannot run {path}: {e.strerror or e}")
+    seen = adapter.parse_devices(r.stdout or "", r.stderr or "") if adapter.parse_devices else None
+    if r.returncode != 0 and not seen:
+        last = ((r.stderr or r.stdout or "").strip().splitlines() or [""])[-1]
+        return Probe(seen=None, error=f"{path.name} exited {r.returncode}: {last[:120]}")
+    return Probe(seen=seen)
+
+
+def row(manifest: Manifest, backend: str, p: Probe, test: tuple[bool, str]) -> Row:
+    b = manifest.backends[backend]
+    adapter = ADAPTERS[b.adapter]
+    rel = b.binaries.get(adapter.program, f"(no {adapter.program})")
+    claimed = tuple(b.devices)
+    ok = test[0]
+    if p.error:
+        seen, ok = f"FAIL: {p.error}", False
+    elif p.seen is None:
+        seen = "no probe (" + ("unproven adapter" if not adapter.proven else f"{adapter.program} lists no devices") + ")"
+    else:
+        # llama-server never lists the CPU (common_print_available_devices skips it): a program that ran has it
+        missing = [d for d in claimed if d != "CPU" and d not in p.seen]
+        shown = ", ".join([*p.seen, *(["CPU"] if "CPU" in claimed else [])]) or "none"
+        if missing:
+            seen, ok = f"{shown} — FAIL: missing {', '.join(missing)}", False
+        else:
+            seen = shown
+    return Row(backend=backend, binary=rel, claimed=claimed, seen=seen,
+               self_test=("" if test[0] else "FAIL: ") + test[1], ok=ok)
+
+
+def check(manifest: Manifest, run: Runner = subprocess.run, env: Mapping[str, str] | None = None) -> list[Row]:
+    return [row(manifest, name, probe(manifest, name, run, env), self_test(manifest, name))
+            for name in sorted(manifest.backends)]
+
+
+COLUMNS = ("backend", "binary", "devices claimed", "devices seen", "route self-test")
+
+
+def _cells(r: Row) -> tuple[str, ...]:
+    return (r.backend, r.binary, ", ".join(r.claimed), r.seen, r.self_test)
+
+
+def render_plain(manifest: Manifest, rows: list[Row], file=None) -> None:
+    """The same table without rich (a bundle whose serve package does not vendor it)."""
+    import sys
+
+    out = file or sys.stdout
+    cells = [COLUMNS, *(_cells(r) for r in rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+    print(f"1bit check: {manifest.bundle} {manifest.version} ({manifest.prefix})", file=out)
+    for i, c in enumerate(cells):
+        print("  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip(), file=out)
+        if i == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+
+
+def render(manifest: Manifest, rows: list[Row], file=None) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        render_plain(manifest, rows, file)
+        return
+
+    t = Table(title=f"1bit check: {manifest.bundle} {manifest.version} ({manifest.prefix})", title_justify="left")
+    for col in COLUMNS:
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(*_cells(r), style=None if r.ok else "bold red")
+    console = Console(file=file, width=None if file is None else 200, soft_wrap=False)
+    console.print(t)

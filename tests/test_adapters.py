@@ -1,0 +1,218 @@
+"""Each launch adapter's exact argv and env, through the pure route, and one real launch through a recording stub."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from serve_fixtures import STRIX, STUB, models, write_manifest  # noqa: F401  (models is a fixture)
+
+from onebit.adapters import ADAPTERS, _llama_devices, _zinc_devices
+from onebit.inspect import inspect_model
+from onebit.manifest import load_manifest
+from onebit.route import LaunchPlan, Refusal, RouteEnv, ServeFlags, route
+
+SRC = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory):
+    def make(name, backends, **kw):
+        p = tmp_path_factory.mktemp(name)
+        return load_manifest(write_manifest(p, backends, bundle=name, layout="per-backend", **kw))
+
+    return {
+        "strix": make("strix", STRIX, envs={"ds4": {"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}}),
+        "ds4-cuda": make("ds4-cuda", ["ds4", "cuda"], devices={"ds4": ["CUDA0"]}),
+        "ds4-cpu": make("ds4-cpu", ["ds4", "cpu"], devices={"ds4": ["CPU"]}),
+        "npu-runtime": make("npu-runtime", ["npu", "vulkan"],
+                            binaries={"npu": "libexec/onebit/xdna/bin/npu-server"}),
+        # a manifest written before `adapter` existed: zinc, ds4 and npu still get their own adapters
+        "old": load_manifest(write_manifest(tmp_path_factory.mktemp("old"), ["zinc", "ds4", "npu", "vulkan"])),
+    }
+
+
+def plan(models, bundles, model="dense", bundle="strix", env=None, **flags):
+    facts = inspect_model(models[model])
+    f = ServeFlags(model=str(models[model]), **flags)
+    return route(facts, f, bundles[bundle], RouteEnv(env=env or {}, path_llama_server="/usr/bin/llama-server",
+                                                     free_ports=(41001, 41002)))
+
+
+def prog(m, rel):
+    return str(m.prefix / rel)
+
+
+ZINC = "libexec/onebit/zinc/bin/zinc"
+DS4 = "libexec/onebit/ds4-rocm/bin/ds4-server"
+
+# (id, model, bundle, serve flags, program (prefix-relative), argv after argv[0] ("@m" = the model path), env)
+ADAPTER_TABLE = [
+    ("zinc-plain", "dense", "strix", {"device": "zinc"}, ZINC, ["-m", "@m", "-p", "8080", "-d", "0"], {}),
+    ("zinc-ctx-parallel-port", "dense", "strix", {"device": "zinc", "ctx_size": 8192, "parallel": 2, "port": 9090},
+     ZINC, ["-m", "@m", "-p", "9090", "-d", "0", "-c", "8192", "--parallel", "2"], {}),
+    ("zinc-pass-through", "dense", "strix", {"device": "zinc", "extra": ("--kv-quant", "3")}, ZINC,
+     ["-m", "@m", "-p", "8080", "-d", "0", "--kv-quant", "3"], {}),
+    ("zinc-old-manifest", "dense", "old", {"device": "zinc"}, "libexec/onebit/zinc/zinc",
+     ["-m", "@m", "-p", "8080", "-d", "0"], {}),
+    ("ds4-1bp-auto", "pkg", "strix", {}, DS4,
+     ["-m", "@m", "--host", "127.0.0.1", "--port", "8080", "--backend", "rocm"], {"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}),
+    ("ds4-1bp-explicit-ctx", "pkg", "strix", {"device": "ds4", "ctx_size": 65536, "host": "0.0.0.0", "port": 8001},
+     DS4, ["-m", "@m", "--host", "0.0.0.0", "--port", "8001", "--backend", "rocm", "--ctx", "65536"],
+     {"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}),
+    ("ds4-cuda-build", "pkg", "ds4-cuda", {}, "libexec/onebit/ds4-rocm/bin/ds4-server",
+     ["-m", "@m", "--host", "127.0.0.1", "--port", "8080", "--backend", "cuda"], {}),
+    ("ds4-cpu-build", "pkg", "ds4-cpu", {}, "libexec/onebit/ds4-rocm/bin/ds4-server",
+     ["-m", "@m", "--host", "127.0.0.1", "--port", "8080", "--backend", "cpu"], {}),
+    ("ds4-old-manifest", "pkg", "old", {}, "libexec/onebit/ds4/ds4-server",
+     ["-m", "@m", "--host", "127.0.0.1", "--port", "8080", "--backend", "rocm"], {}),
+    ("npu-unproven", "dense", "npu-runtime", {"device": "npu"}, "libexec/onebit/xdna/bin/npu-server",
+     ["serve", "-m", "@m", "--device", "npu", "--host", "127.0.0.1", "--port", "8080"], {}),
+]
+
+
+@pytest.mark.parametrize("case", ADAPTER_TABLE, ids=[c[0] for c in ADAPTER_TABLE])
+def test_adapter_argv_and_env(models, bundles, case):
+    _, model, bundle, flags, rel, tail, env = case
+    p = plan(models, bundles, model=model, bundle=bundle, **flags)
+    assert isinstance(p, LaunchPlan), p
+    (c,) = p.children
+    m = bundles[bundle]
+    want = [prog(m, rel)] + [str(models[model]) if t == "@m" else t for t in tail]
+    assert list(c.argv) == want
+    assert dict(c.env) == env
+    assert c.binary == prog(m, rel) and c.recipes == ()
+
+
+@pytest.mark.parametrize("bundle", ["strix", "old"])
+def test_zinc_never_gets_llama_server_flags(models, bundles, bundle):
+    c = plan(models, bundles, bundle=bundle, device="zinc").children[0]
+    assert c.adapter == "zinc"
+    for foreign in ("--host", "--jinja", "-ngl", "--device", "ZINC0", "ZINC1", "--port"):
+        assert foreign not in c.argv
+    assert c.notes == ("zinc has no --host option: it listens on 0.0.0.0:8080, not only on 127.0.0.1",)
+
+
+def test_adapter_ignores_llama_server_overrides(models, bundles):
+    """--llama-server and $ONEBIT_LLAMA_SERVER name llama-servers: zinc and ds4 still run their own programs."""
+    env = {"ONEBIT_LLAMA_SERVER": "/x/llama-server", "ONEBIT_LLAMA_SERVER_ZINC": "/x/zinc-llama"}
+    c = plan(models, bundles, device="zinc", llama_server="/y/llama-server", env=env).children[0]
+    assert c.binary == prog(bundles["strix"], ZINC)
+    c = plan(models, bundles, model="pkg", llama_server="/y/llama-server", env=env).children[0]
+    assert c.binary == prog(bundles["strix"], DS4)
+
+
+# (id, model, bundle, flags, rule, text)
+ADAPTER_REFUSALS = [
+    ("npu-ships-only-the-driver", "dense", "strix", {"device": "npu"}, "no-program",
+     "the npu backend of this bundle lists no npu-server program for its npu adapter (it ships: amdxdna.ko)"),
+    ("npu-old-manifest", "dense", "old", {"device": "npu"}, "no-program", "lists no npu-server program"),
+    ("zinc-dflash", "dense", "strix", {"device": "zinc", "dflash": "d.gguf"}, "adapter-option",
+     "--dflash: zinc (the zinc backend) has no such option"),
+    ("zinc-flash-attn-alias", "dense", "strix", {"device": "zinc", "flash_attn": "on", "alias": "a"}, "adapter-option",
+     "--flash-attn, --alias: zinc (the zinc backend) has no such option; drop them"),
+    ("zinc-mmproj", "dense", "strix", {"device": "zinc", "mmproj": "mm.gguf"}, "adapter-option", "--mmproj"),
+    ("zinc-moe-slots", "moe", "strix", {"device": "zinc", "moe_slots": 2}, "adapter-option", "--moe-slots"),
+    ("zinc-long-model", "dense", "strix", {"device": "zinc", "long_model": "x.gguf"}, "adapter-option",
+     "--long-model needs llama-server children; the zinc backend runs zinc"),
+    ("ds4-parallel", "pkg", "strix", {"parallel": 4}, "adapter-option", "--parallel: ds4-server (the ds4 backend)"),
+    ("ds4-mtp", "pkg", "strix", {"mtp": "h.gguf"}, "adapter-option", "--mtp: ds4-server"),
+]
+
+
+@pytest.mark.parametrize("case", ADAPTER_REFUSALS, ids=[c[0] for c in ADAPTER_REFUSALS])
+def test_adapter_refusals(models, bundles, case, tmp_path):
+    _, model, bundle, flags, rule, text = case
+    if flags.get("long_model"):
+        facts = inspect_model(models[model])
+        r = route(facts, ServeFlags(model=str(models[model]), **flags), bundles[bundle],
+                  RouteEnv(free_ports=(1, 2)), long_facts=facts)
+    else:
+        r = plan(models, bundles, model=model, bundle=bundle, **flags)
+    assert isinstance(r, Refusal), r
+    assert (r.rule, "\n" in r.message) == (rule, False)
+    assert text in r.message
+
+
+def test_manifest_never_falls_back_to_the_only_binary(bundles):
+    npu = bundles["strix"].backends["npu"]
+    assert npu.binaries == {"amdxdna.ko": "libexec/onebit/xdna/lib/modules/amdxdna.ko"}
+    assert npu.binary(bundles["strix"].prefix, "llama-server") is None
+    assert npu.binary(bundles["strix"].prefix, "npu-server") is None
+    assert (npu.adapter, bundles["old"].backends["zinc"].adapter, bundles["old"].backends["vulkan"].adapter) == (
+        "npu", "zinc", "llama-server")
+
+
+# --- what each adapter reads from its program's device listing -----------------------------------------------------
+
+LLAMA_LIST = """ggml_vulkan: Found 1 Vulkan devices:
+ggml_vulkan: 0 = Radeon 8060S Graphics (RADV GFX1151) | uma: 1 | fp16: 1
+Available devices:
+  Vulkan0: Radeon 8060S Graphics (RADV GFX1151) (65536 MiB, 60000 MiB free)
+  HRX0: AMD gfx1151 (HRX) (65536 MiB, 60000 MiB free)
+"""
+ZINC_PIN = """info: GPU 0: AMD Radeon 8060S | VRAM: 65536 MB | vendor: 0x1002
+info: GPU 1: llvmpipe | VRAM: 0 MB | vendor: 0x10005
+"""
+
+
+def test_device_parsers():
+    assert _llama_devices(LLAMA_LIST, "") == ("Vulkan0", "HRX0")
+    assert _llama_devices("Available devices:\n", "") == ()
+    assert _zinc_devices("", ZINC_PIN) == ("ZINC0", "ZINC1")
+    assert ADAPTERS["llama-server"].probe("/p/llama-server") == ["/p/llama-server", "--list-devices"]
+    assert ADAPTERS["zinc"].probe("/p/zinc") == ["/p/zinc", "--check"]
+    assert ADAPTERS["ds4"].parse_devices is None and not ADAPTERS["npu"].proven
+
+
+# --- a real launch: `1bit serve --device zinc` execs the recording stub as zinc ---------------------------------------
+
+
+def test_serve_execs_zinc_with_its_own_argv(models, tmp_path):
+    prefix = tmp_path / "prefix"
+    rel = "libexec/onebit/zinc/bin/zinc"
+    p = prefix / rel
+    p.parent.mkdir(parents=True)
+    p.write_text(f"#!{sys.executable}\n" + STUB.read_text())
+    p.chmod(0o755)
+    manifest = write_manifest(prefix, ["zinc"], layout="per-backend")
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    env = {**os.environ, "ONEBIT_STUB_RECORD": str(rec), "PYTHONPATH": str(SRC)}
+    r = subprocess.run([sys.executable, "-m", "onebit.cli", "serve", "-m", str(models["dense"]), "--device", "zinc",
+                        "--port", "8123", "-c", "2048", "--manifest", str(manifest)],
+                       env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "1bit serve: zinc: zinc has no --host option: it listens on 0.0.0.0:8123, not only on 127.0.0.1\n"
+    got = json.loads((rec / "8123.json").read_text())
+    assert got["argv"][1:] == ["-m", str(models["dense"]), "-p", "8123", "-d", "0", "-c", "2048"]
+
+
+@pytest.mark.skipif(not os.environ.get("ONEBIT_TEST_DS4_SERVER"),
+                    reason="set ONEBIT_TEST_DS4_SERVER to a real ds4-server (e.g. antirez/ds4 `make cpu`)")
+def test_ds4_argv_is_accepted_by_the_real_parser(models, tmp_path):
+    """The adapter's argv gets past ds4-server's parse_options() to opening the model (CPU build: --backend cpu)."""
+    real = tmp_path / DS4
+    real.parent.mkdir(parents=True)
+    real.symlink_to(os.environ["ONEBIT_TEST_DS4_SERVER"])
+    real = str(real)
+    m = load_manifest(write_manifest(tmp_path, ["ds4"], layout="per-backend", devices={"ds4": ["CPU"]}))
+    facts = inspect_model(models["pkg"])
+    p = route(facts, ServeFlags(model=facts.path, port=free_port_for_test(), ctx_size=1024), m, RouteEnv())
+    assert isinstance(p, LaunchPlan), p
+    (c,) = p.children
+    assert c.argv[0] == real and c.argv[-4:] == ("--backend", "cpu", "--ctx", "1024")
+    r = subprocess.run(list(c.argv), capture_output=True, text=True, timeout=60, check=False)
+    out = r.stdout + r.stderr
+    assert "unknown option" not in out and "invalid" not in out, out
+    assert "model" in out  # it went on to load the model (upstream ds4 reads GGUF only; the 1bit fork reads 1BP)
+
+
+def free_port_for_test() -> int:
+    from serve_fixtures import free_port
+
+    return free_port()

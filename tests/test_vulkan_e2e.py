@@ -1,0 +1,149 @@
+"""The cpu + vulkan bundle, end to end on Mesa's lavapipe (a CPU Vulkan driver from Debian's packages): built from the
+pin (patch 0002 on Debian 12's headers), installed offline into one prefix, served with `1bit serve --device vulkan`
+and `--device cpu`, picked by plain `1bit serve`, and checked with `1bit check`.
+
+ggml-vulkan skips CPU-type Vulkan devices unless GGML_VK_VISIBLE_DEVICES selects them: the tests set it, the bundle
+never does."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import requests
+
+from builders import config, host
+from builders.execute import Executor
+from builders.install import install_bundle
+from builders.plan import all_tools, make_plan
+from builders.plan_types import Layout
+from serve_fixtures import free_port, wait_http
+from tiny_gguf import write_tiny_gguf
+
+ROOT = Path(__file__).resolve().parent.parent
+LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0"}
+pytestmark = pytest.mark.e2e
+
+
+def _missing_toolchain() -> list[str]:
+    missing = [] if shutil.which("glslc") else ["glslc"]
+    for pc, pkg in (("vulkan", "libvulkan-dev"), ("SPIRV-Headers", "spirv-headers")):
+        if subprocess.run(["pkg-config", "--exists", pc], capture_output=True).returncode != 0:
+            missing.append(pkg)
+    if not list(Path("/usr/share/vulkan/icd.d").glob("lvp_icd*.json")):
+        missing.append("mesa-vulkan-drivers")
+    return missing
+
+
+@pytest.fixture(scope="session")
+def vulkan_bundle(cpu_bundle, tmp_path_factory):
+    missing = _missing_toolchain()
+    if missing:
+        why = f"the Vulkan toolchain is missing: apt-get install {' '.join(missing)} (.ci/run installs them)"
+        pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
+    base = tmp_path_factory.mktemp("vulkan-bundle")
+    project = config.load_project(ROOT)
+    layout = Layout(root=ROOT, cache=cpu_bundle.layout.cache, work=base / "work", out=base / "out")
+    plan = make_plan(project, "vulkan", host.gather(all_tools(project, "vulkan")), layout)
+    assert plan.missing == [], plan.missing
+    old = os.environ.get("GGML_VK_VISIBLE_DEVICES")
+    os.environ.update(LAVAPIPE)  # so the recipe test marked `needs: gpu` finds its device and runs
+    try:
+        report = Executor(plan, project).run()
+    finally:
+        os.environ.pop("GGML_VK_VISIBLE_DEVICES") if old is None else os.environ.update(GGML_VK_VISIBLE_DEVICES=old)
+    prefix = base / "prefix"
+    install_bundle(layout.out / "channel", prefix, "vulkan", cache_dir=base / "pkgs")
+    return prefix, report, base
+
+
+def _env(**more) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "ONEBIT_MANIFEST")}
+    return {**env, **more}
+
+
+def _serve(prefix: Path, model: Path, log: Path, *args: str):
+    port = free_port()
+    with open(log, "w") as err:
+        proc = subprocess.Popen([prefix / "bin" / "1bit", "serve", "-m", model, "--port", str(port), "--ctx-size", "256",
+                                 "-t", "2", "-lv", "4", *args], stdout=subprocess.DEVNULL, stderr=err,
+                                env=_env(**LAVAPIPE))
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", timeout=180)
+        r = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
+                          json={"max_tokens": 8, "messages": [{"role": "user", "content": "hello"}]})
+        assert r.status_code == 200, r.text
+        exe = os.readlink(f"/proc/{proc.pid}/exe")  # serve execs the backend's own llama-server
+        return r.json(), exe, log.read_text(errors="replace")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_the_build_reports_its_shader_features_and_ran_the_gpu_test(vulkan_bundle):
+    prefix, report, _ = vulkan_bundle
+    manifest = json.loads((prefix / "share/onebit/manifest.json").read_text())
+    vk = manifest["backends"]["vulkan"]
+    assert vk["devices"] == ["Vulkan0"] and vk["root"] == "libexec/onebit/vulkan"
+    assert vk["source"]["patches"][1].startswith("0002-")
+    assert isinstance(vk.get("dropped_shader_features", []), list)  # what this host's glslc lacked, if anything
+    assert set(manifest["backends"]) == {"cpu", "vulkan"}
+
+
+def test_serve_device_vulkan_offloads_to_vulkan0(vulkan_bundle, tmp_path):
+    prefix, _, _ = vulkan_bundle
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    reply, exe, log = _serve(prefix, model, tmp_path / "vk.log", "--device", "vulkan")
+    assert reply["usage"]["completion_tokens"] > 0
+    assert exe == str(prefix / "libexec/onebit/vulkan/bin/llama-server")
+    device_lines = [line for line in log.splitlines() if "Vulkan0" in line]
+    assert any("llvmpipe" in line for line in device_lines), log[-3000:]
+    offload = [line for line in log.splitlines() if "offloaded" in line or ("Vulkan0" in line and "buffer" in line)]
+    assert offload, log[-3000:]
+    print("\n".join(["lavapipe proof:", *device_lines[:3], *offload[:3]]))
+
+
+def test_serve_device_cpu_from_the_same_prefix(vulkan_bundle, tmp_path):
+    prefix, _, _ = vulkan_bundle
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    reply, exe, log = _serve(prefix, model, tmp_path / "cpu.log", "--device", "cpu")
+    assert reply["usage"]["completion_tokens"] > 0
+    assert exe == str(prefix / "libexec/onebit/cpu/bin/llama-server")
+    assert not [line for line in log.splitlines() if "Vulkan0" in line and "buffer" in line], log[-2000:]
+
+
+def test_plain_serve_picks_vulkan(vulkan_bundle, tmp_path):
+    prefix, _, _ = vulkan_bundle
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    out = subprocess.run([prefix / "bin" / "1bit", "serve", "-m", model, "--dry-run"], capture_output=True, text=True,
+                         env=_env())
+    child = json.loads(out.stdout)["children"][0]
+    assert child["backend"] == "vulkan" and child["binary"] == str(prefix / "libexec/onebit/vulkan/bin/llama-server")
+
+
+def test_1bit_check_passes(vulkan_bundle):
+    prefix, _, _ = vulkan_bundle
+    out = subprocess.run([prefix / "bin" / "1bit", "check"], capture_output=True, text=True, env=_env(**LAVAPIPE),
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.lstrip("│ ").startswith("vulkan"))
+    assert "Vulkan0" in row.split("│")[4] if "│" in row else "Vulkan0" in row
+
+
+def test_each_backend_loads_its_own_libraries(vulkan_bundle):
+    """Two llama.cpp builds in one prefix: each server loads libggml-base and its backends from its own subtree."""
+    prefix, _, _ = vulkan_bundle
+    for variant in ("cpu", "vulkan"):
+        exe = prefix / f"libexec/onebit/{variant}/bin/llama-server"
+        trace = subprocess.run([exe, "--list-devices"], capture_output=True, text=True,
+                               env=_env(LD_DEBUG="libs", **LAVAPIPE), timeout=120).stderr
+        inits = [line.split("calling init: ")[1] for line in trace.splitlines() if "calling init: " in line]
+        ggml = [p for p in inits if "libggml" in p or "libllama" in p]
+        assert ggml and all(f"libexec/onebit/{variant}/" in p for p in ggml), ggml
+        if variant == "vulkan":
+            assert any(p.endswith("libggml-vulkan.so") for p in ggml), ggml
+        else:
+            assert not any("vulkan" in p for p in ggml), ggml
