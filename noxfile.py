@@ -97,8 +97,11 @@ def bump_pins(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def release(session: nox.Session) -> None:
-    """Build every bundle whose toolchains this host has, then list the artifacts (publishing is a later issue)."""
+    """Build bundles at this week's tag (v<ISO year>.<ISO week>) and assemble the release directory: bundle tarball,
+    .conda files, Lemonade archives and fragment, changes.json, notes, SBOM, SHA256SUMS.
+
+        nox -s release                      # the CPU bundle, into .onebit/release/<tag>
+        nox -s release -- cpu strix --publish --out dist
+    """
     session.install(*DEPS)
-    for bundle in session.posargs or ["cpu"]:
-        session.run("1bit-build", "build", bundle)
-        session.run("cat", f".onebit/out/{bundle}/SHA256SUMS", external=True)
+    session.run("1bit-build", "release", *(session.posargs or ["cpu"]))

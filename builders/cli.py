@@ -253,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--offline", action="store_true")
     s.set_defaults(func=cmd_patches)
 
+    from .release.cli import register as register_release
+    register_release(sub)
+
     try:
         from .pins.cli import register
     except ImportError:

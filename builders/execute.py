@@ -20,7 +20,8 @@ from .errors import BuildError, StageError
 from .kinds import KINDS
 from .plan import clobbers
 from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, SourceData, StageData, Step,
-                         SubmodulesData, ToolchainData, WheelsData)
+                         SubmodulesData, ToolchainData, WheelsData, digest)
+from .release import licenses
 from .stage import KEY_FILE
 
 BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
@@ -235,7 +236,10 @@ class Executor:
         (build_dir / KEY_FILE).write_text(step.key + "\n")
 
     def _do_stage(self, step: Step, progress, task) -> None:
-        stage.stage_variant(step.data, self.layout.work, step.key,
+        from .release.repro import wheel_members
+
+        vendored = wheel_members(Path(s.data.dir) for s in self.plan.steps if s.action == "wheels")
+        stage.stage_variant(step.data, self.layout.work, step.key, cache=self.layout.cache, vendored=vendored,
                             run_install=lambda: self._run_commands(step, step.commands, progress, task),
                             log=self.console.log)
 
@@ -248,7 +252,8 @@ class Executor:
                 depends.append(f"__glibc >={glibc}")
         package.assemble(name=d.name, version=d.version, build_string=d.build_string, build_number=d.build_number,
                          files_dir=Path(d.prefix), out_dir=Path(d.out), platform=self.plan.platform, license=d.license,
-                         summary=d.summary, homepage=d.homepage, depends=depends)
+                         summary=d.summary, homepage=d.homepage, depends=depends,
+                         license_files=licenses.package_license_files(self.plan, step, self.layout.root))
 
     def _package_steps(self) -> list[Step]:
         return [s for s in self.plan.steps if s.action == "package"]
@@ -261,7 +266,12 @@ class Executor:
 
     def _meta_file(self) -> Path:
         meta = self.plan.step("bundle:metapackage")
-        return Path(meta.data.out) / package.conda_filename(meta.data.name, self.plan.version, f"h{meta.key[:7]}_{self.plan.build_number}")
+        return Path(meta.data.out) / package.conda_filename(meta.data.name, self.plan.version, self._meta_build_string())
+
+    def _meta_build_string(self) -> str:
+        """From what the metapackage pins (path-independent), not from its cache key (which holds work paths)."""
+        depends = sorted(f"{s.data.name} =={s.data.version} {s.data.build_string}" for s in self._package_steps())
+        return f"h{digest('meta-build', self.plan.bundle, depends)[:7]}_{self.plan.build_number}"
 
     def _check_clobbers(self) -> None:
         """Two packages of the bundle never install the same path: a build error naming both, not conda's warning."""
@@ -285,7 +295,7 @@ class Executor:
         shutil.rmtree(with_files, ignore_errors=True)
         (with_files / "share" / "onebit").mkdir(parents=True)
         (with_files / manifest.MANIFEST_PATH).write_text(text)
-        package.assemble(name=step.data.name, version=self.plan.version, build_string=f"h{step.key[:7]}_{self.plan.build_number}",
+        package.assemble(name=step.data.name, version=self.plan.version, build_string=self._meta_build_string(),
                          build_number=self.plan.build_number, files_dir=with_files, out_dir=Path(step.data.out),
                          platform=self.plan.platform, license="Apache-2.0", summary=step.data.summary, depends=depends)
 

@@ -31,7 +31,7 @@ def conda_filename(name: str, version: str, build_string: str) -> str:
 
 def assemble(*, name: str, version: str, build_string: str, build_number: int, files_dir: Path, out_dir: Path,
              platform: str = "linux-64", license: str | None = None, summary: str | None = None,
-             homepage: str | None = None, depends: Sequence[str] = ()) -> Path:
+             homepage: str | None = None, depends: Sequence[str] = (), license_files: Sequence[str] = ()) -> Path:
     from rattler_build import assemble_package
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -51,6 +51,7 @@ def assemble(*, name: str, version: str, build_string: str, build_number: int, f
             build_number=build_number,
             timestamp=source_date(),
             detect_prefix=False,
+            license_files=list(license_files) or None,
         )
         produced = Path(getattr(result, "path", "") or next(Path(tmp).rglob("*.conda")))
         os.replace(produced, final)

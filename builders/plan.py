@@ -13,6 +13,7 @@ from . import companion_steps
 from .config import Pin, Project, Tool, Variant
 from .host import HostFacts, ToolFact, version_ok, wheel_root
 from .kinds import KINDS, KindContext
+from .release import repro
 from .errors import OnebitError
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, ExtraSource, FetchData, Layout, PackageData,
                          Plan, RecipeTest, SourceData, StageData, Step, ToolchainData, WheelsData, digest)
@@ -236,7 +237,10 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         launcher=launcher.path if launcher and launcher.found else None,
         net_cut=host.net_cut if variant.network == "none" else (),
         # ccache: paths relative to the work dir, so a fresh work dir (CI, tests) still hits the cache
-        extra_env={"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if launcher and launcher.found else {},
+        extra_env={**({"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if launcher and launcher.found else {}),
+                   # no work, cache or $HOME path in what ships (and the same bytes from any work dir)
+                   **repro.prefix_map_env(repro.build_maps(source=source.dir, build=str(build_dir), recipe=recipe.name,
+                                                           cache=str(layout.cache), home=host.home), env)},
     )
     kind = KINDS[variant.kind]
     needs = [source.step_id] if source.step_id else []
@@ -267,8 +271,8 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
     needs += [c.id for c in companions]
     toolchain = sorted((t.key, (host.tools.get(t.key).version if host.tools.get(t.key) else None)) for t in variant.toolchain
                        if not t.optional)
-    build_key = digest("build", BUILDER_VERSION, source.key, variant.kind, options, variant.targets, env, commands,
-                       variant.build_type, toolchain, wheels_key if wheels else None, install_prefix,
+    build_key = digest("build", BUILDER_VERSION, repro.PREFIX_MAPS, source.key, variant.kind, options, variant.targets, env,
+                       commands, variant.build_type, toolchain, wheels_key if wheels else None, install_prefix,
                        *[c.key for c in companions])
     steps[f"build:{variant.id}"] = Step(
         id=f"build:{variant.id}",

@@ -215,7 +215,7 @@ def visible_devices(base: Path, data: StageData) -> list[str]:
 
 
 def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[], None],
-                  log: Callable[[str], None]) -> None:
+                  log: Callable[[str], None], cache: Path | None = None, vendored: Mapping[str, Path] | None = None) -> None:
     """Install into a fresh DESTDIR (run_install), keep what the recipe packages, relocate, check, describe, test;
     then swap the finished stage root into place with its key inside."""
     tmp_root, tmp_prefix = Path(data.stage_tmp), Path(data.tmp_prefix)
@@ -247,6 +247,15 @@ def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[
         entry_file.parent.mkdir(parents=True, exist_ok=True)
         entry_file.write_text(json.dumps({"backend": data.backend, **data.manifest_entry}, indent=2, sort_keys=True))
     run_recipe_tests(data, tmp_prefix, log)
+    from .release.repro import builder_python_env, drop_bytecode, scan_tree
+
+    drop_bytecode(tmp_prefix)  # no .pyc ships: they hold build paths and differ between builds
+    leaks = scan_tree(tmp_prefix, forbidden + ([("the cache dir", str(cache))] if cache else []) + builder_python_env(),
+                      vendored)
+    if leaks:
+        raise StageError(f"{data.variant}: {len(leaks)} shipped file(s) contain a build machine path:\n    "
+                         + "\n    ".join(leaks[:20]), where=data.where,
+                         hint="map the path away (-ffile-prefix-map is set for C/C++/CUDA/Rust) or drop the file (stage.keep)")
     (tmp_root / KEY_FILE).write_text(key + "\n")
     from .package import replace_dir
 

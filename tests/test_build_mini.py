@@ -13,7 +13,7 @@ from builders.errors import BuildError, PatchError, StageError
 from builders.execute import KEY_FILE, Executor
 from builders.install import install_bundle
 from builders.plan import all_tools, make_plan
-from builders.plan_types import Layout
+from builders.plan_types import Layout, digest
 from mini_project import git, make_mini
 
 
@@ -39,7 +39,8 @@ def test_whole_flow_builds_packages_installs_and_runs(mini, tmp_path):
     out = plan.layout.out
     assert [s for s in report.ran if s.startswith("build:")] == ["build:hello"]
     conda = sorted(p.name for p in (out / "channel" / "linux-64").glob("*.conda"))
-    assert conda == [f"onebit-bundle-mini-1.0-h{plan.step('bundle:metapackage').key[:7]}_0.conda",
+    meta_build = digest("meta-build", "mini", [f"onebit-hello ==1.0 default_h{mini.commit[:7]}_0"])[:7]  # path-independent
+    assert conda == [f"onebit-bundle-mini-1.0-h{meta_build}_0.conda",
                      f"onebit-hello-1.0-default_h{mini.commit[:7]}_0.conda"]
     sums = (out / "SHA256SUMS").read_text().splitlines()
     assert {line.split("  ")[1] for line in sums} >= {"manifest.json", "onebit-mini-1.0-0-linux-64.tar.zst",

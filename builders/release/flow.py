@@ -1,0 +1,226 @@
+"""`1bit-build release`: build bundles at the week's tag and assemble the release directory.
+
+    <out>/1bit-<tag>-linux-x86_64.tar.zst        one top folder, LICENSE, NOTICE, licenses/<pin>/...
+    <out>/*.conda                                 every package of every bundle (flat: release assets have no folders)
+    <out>/llama-<tag>-bin-ubuntu-*-x64.tar.gz      one Lemonade archive per llama-server backend
+    <out>/backend_versions.json                   the Lemonade fragment
+    <out>/sbom.cdx.json  changes.json  notes.md  SHA256SUMS (GNU, every file above, changes.json included)
+
+The directory is assembled aside and swapped into place, so a failed release leaves the previous one whole.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..errors import OnebitError
+from . import changes, lemonade, notes, sbom
+from . import tag as tags
+from .archive import extract_tree, repack
+
+LICENSE_NAMES = ("LICENSE", "LICENSE.md", "LICENSE.txt", "COPYING", "LICENSE-MIT")
+PLATFORM = "linux-x86_64"
+
+
+@dataclass
+class ReleaseConfig:
+    repo: str
+    lemonade: dict = field(default_factory=dict)  # variant -> {rocm: "7.1", cuda_arch: "sm_120"}
+
+
+def load_config(root: Path, env: Mapping[str, str] | None = None) -> ReleaseConfig:
+    """release.yaml at the project root (repo: owner/name, lemonade: per-variant parameters); $ONEBIT_RELEASE_REPO wins."""
+    env = os.environ if env is None else env
+    path = root / "release.yaml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    repo = env.get("ONEBIT_RELEASE_REPO") or (data or {}).get("repo")
+    if not repo:
+        raise OnebitError("no release repository configured", where=str(path),
+                          hint="add `repo: owner/name` to release.yaml or set ONEBIT_RELEASE_REPO")
+    return ReleaseConfig(repo=repo, lemonade=dict((data or {}).get("lemonade") or {}))
+
+
+@dataclass
+class BuiltBundle:
+    """What a bundle build left: its tarball and .conda files, and what the SBOM and changes.json need."""
+    name: str
+    tarball: Path
+    packages: list[Path]
+    pins: list[str]  # pin names of the sources built
+    wheels: list[Path] = field(default_factory=list)
+    toolchain: dict[str, str] = field(default_factory=dict)
+
+
+def tarball_name(tag: str, bundle: str, several: bool) -> str:
+    """Pure: `1bit-<tag>-linux-x86_64` for a one-bundle release; the bundle is named when a release has several."""
+    return f"1bit-{bundle}-{tag}-{PLATFORM}" if several else f"1bit-{tag}-{PLATFORM}"
+
+
+def upstream_license(git_dir: Path, commit: str) -> bytes | None:
+    """The upstream's license file at the pinned commit, from the git cache (offline)."""
+    for name in LICENSE_NAMES:
+        proc = subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{commit}:{name}"], capture_output=True,
+                              check=False)
+        if proc.returncode == 0:
+            return proc.stdout
+    return None
+
+
+def license_files(root: Path, pins: Mapping[str, dict], used: Sequence[str], git_cache: Callable[[str], Path],
+                  scratch: Path) -> dict[str, Path]:
+    """LICENSE and NOTICE of the project, and licenses/<pin>/LICENSE for every upstream built."""
+    files = {"LICENSE": root / "LICENSE", "NOTICE": root / "NOTICE"}
+    for need in ("LICENSE", "NOTICE"):
+        if not files[need].is_file():
+            raise OnebitError(f"the project has no {need} file", where=str(root), hint="a release ships both")
+    for name in sorted(set(used)):
+        commit = (pins.get(name) or {}).get("commit")
+        text = upstream_license(git_cache(commit), commit) if commit else None
+        if text is None:
+            raise OnebitError(f"pin {name}: no license file ({', '.join(LICENSE_NAMES)}) at {commit}",
+                              hint="its license must ship with the release; fetch the pin again or add one by patch")
+        path = scratch / "licenses" / name / "LICENSE"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text)
+        files[f"licenses/{name}/LICENSE"] = path
+    return files
+
+
+def _place(src: Path, dest_dir: Path) -> Path:
+    """Copy into the release dir; the same name twice must be the same bytes (cpu is in several bundles)."""
+    dest = dest_dir / src.name
+    if dest.exists():
+        if dest.read_bytes() != src.read_bytes():
+            raise OnebitError(f"two bundles produced {src.name} with different bytes", hint="build them from one commit")
+        return dest
+    shutil.copyfile(src, dest)
+    return dest
+
+
+def sha256sums(directory: Path) -> str:
+    return "".join(f"{changes.file_sha256(p)}  {p.name}\n" for p in sorted(directory.iterdir())
+                   if p.is_file() and p.name != "SHA256SUMS" and not p.name.startswith("."))
+
+
+def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date: dt.date, config: ReleaseConfig,
+             built: Sequence[BuiltBundle], git_cache: Callable[[str], Path], mtime: int,
+             bumps: Sequence[changes.BumpResult] = ()) -> list[Path]:
+    """Write the release directory for already built bundles. Returns the files, SHA256SUMS last."""
+    pins = changes.pins_at(root, None)
+    used = sorted({p for b in built for p in b.pins})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".release-", dir=out.parent) as tmp_name:
+        tmp = Path(tmp_name)
+        rel = tmp / "release"
+        rel.mkdir()
+        dists: set[tuple[str, str]] = set()
+        pins_used: set[str] = set()
+        prefixes = {}
+        for b in built:  # what each bundle holds: its manifest's pins, its vendored Python distributions
+            prefixes[b.name] = extract_tree(b.tarball, tmp / "prefix" / b.name)
+            dists.update(installed_dists(prefixes[b.name]))
+            pins_used.update(manifest_pins(prefixes[b.name]))
+        used = sorted(set(used) | (pins_used & set(pins)))
+        lic = license_files(root, pins, used, git_cache, tmp / "scratch")
+        backends: dict[str, Path] = {}
+        params = lemonade_params(config.lemonade, {k: v for b in built for k, v in b.toolchain.items()})
+        for b in built:
+            for pkg in b.packages:
+                _place(pkg, rel)
+            name = tarball_name(tag, b.name, len(built) > 1)
+            repack(b.tarball, rel / f"{name}.tar.zst", name, lic, mtime=mtime)
+            prefix = prefixes[b.name]
+            for _, backend, archive in lemonade.make_archives(prefix, tmp / "lemonade" / b.name, tag, lic, mtime=mtime,
+                                                              params=params):
+                backends[archive.name] = _place(archive, rel)
+        if backends:
+            frag = lemonade.fragment(config.repo, tag, backends)
+            (rel / "backend_versions.json").write_text(json.dumps(frag, indent=2) + "\n")
+        patches = {}
+        for recipe in sorted((root / "recipes").glob("*.yaml")):
+            data = yaml.safe_load(recipe.read_text()) or {}
+            src = data.get("source") or {}
+            if src.get("pin") in used and src.get("patches"):
+                base = root / "recipes" / "patches" / src.get("patch_dir", data.get("name", recipe.stem))
+                patches.setdefault(src["pin"], []).extend(base / p["file"] for p in src["patches"])
+        toolchain = {k: v for b in built for k, v in b.toolchain.items()}
+        (rel / "sbom.cdx.json").write_text(sbom.make_sbom(
+            tag=tag, version=tags.version(tag),
+            pins=[sbom.PinInfo(n, pins[n].get("url", ""), pins[n]["commit"], pins[n].get("license"))
+                  for n in used if pins[n].get("commit")],
+            patches=patches, wheels=[*sorted({w for b in built for w in b.wheels}), *sorted(dists)], toolchain=toolchain,
+            timestamp=dt.datetime.fromtimestamp(mtime, tz=dt.UTC)))
+        prev_rev = previous_tag if previous_tag and _has_rev(root, previous_tag) else None
+        doc = changes.make_changes(tag=tag, previous_tag=previous_tag, date=date.isoformat(), repo=root,
+                                   prev_rev=prev_rev, rev=None if not _has_rev(root, "HEAD") else "HEAD",
+                                   git_dir_for=lambda name, commit: git_cache(commit), bumps=bumps,
+                                   artifacts=changes.artifact_sums(rel))
+        (rel / "changes.json").write_text(changes.dumps(doc))
+        (rel / "notes.md").write_text(notes.render(doc))
+        (rel / "SHA256SUMS").write_text(sha256sums(rel))
+        old = out.with_name(out.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if out.exists():
+            os.replace(out, old)
+        os.replace(rel, out)
+        shutil.rmtree(old, ignore_errors=True)
+    files = sorted(p for p in out.iterdir() if p.is_file() and p.name != "SHA256SUMS")
+    return files + [out / "SHA256SUMS"]
+
+
+def installed_dists(prefix: Path) -> set[tuple[str, str]]:
+    """(name, version) of every Python distribution vendored in an installed prefix (its *.dist-info/METADATA)."""
+    found = set()
+    for meta in prefix.rglob("*.dist-info/METADATA"):
+        fields = dict(line.split(": ", 1) for line in meta.read_text(errors="replace").splitlines()[:20] if ": " in line)
+        if fields.get("Name") and fields.get("Version"):
+            found.add((fields["Name"], fields["Version"]))
+    return found
+
+
+def manifest_pins(prefix: Path) -> set[str]:
+    """The pins the bundle manifest says its backends were built from."""
+    path = prefix / "share/onebit/manifest.json"
+    if not path.is_file():
+        return set()
+    doc = json.loads(path.read_text())
+    return {(b.get("source") or {}).get("pin") for b in doc.get("backends", {}).values()} - {None}
+
+
+def lemonade_params(configured: Mapping[str, dict], toolchain: Mapping[str, str]) -> dict[str, dict]:
+    """Pure: the configured asset-name parameters, with lean-rocm's ROCm major.minor from the toolchain when unset."""
+    import re
+
+    params = {k: dict(v) for k, v in configured.items()}
+    rocm = next((v for k, v in sorted(toolchain.items()) if k.startswith(("hipconfig", "amdclang")) and v), None)
+    m = re.match(r"^(\d+)\.(\d+)", rocm or "")
+    if m:
+        params.setdefault("lean-rocm", {}).setdefault("rocm", f"{m[1]}.{m[2]}")
+    return params
+
+
+def _has_rev(root: Path, rev: str) -> bool:
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                          capture_output=True, check=False).returncode == 0
+
+
+def local_tags(root: Path) -> list[str]:
+    proc = subprocess.run(["git", "-C", str(root), "tag", "-l", "v*"], capture_output=True, text=True, check=False)
+    return proc.stdout.split() if proc.returncode == 0 else []
+
+
+def previous(existing: Sequence[str], current: str) -> str | None:
+    """Pure: the newest release tag older than `current`."""
+    def order(t):
+        return tags.parse(t)
+    older = [t for t in existing if tags.TAG_RE.match(t) and t != current and order(t) < order(current)]
+    return max(older, key=order, default=None)

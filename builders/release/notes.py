@@ -1,0 +1,51 @@
+"""Release notes (markdown) from the changes.json document."""
+from __future__ import annotations
+
+
+def _short(commit: str | None) -> str:
+    return commit[:12] if commit else "unresolved"
+
+
+def render(changes: dict, max_titles: int = 15) -> str:
+    tag, prev = changes["tag"], changes.get("previous_tag")
+    lines = [f"# 1bit engine {tag}", "", f"Released {changes['date']}" + (f"; previous release {prev}." if prev else "."), ""]
+    moved = {n: p for n, p in changes["pins"].items() if p["from"] != p["to"]}
+    lines += ["## Upstreams", ""]
+    if not moved:
+        lines += ["No upstream moved.", ""]
+    for name, p in moved.items():
+        count = "" if p["commits"] is None else f", {p['commits']} commit{'s' if p['commits'] != 1 else ''}"
+        link = f" ([compare]({p['compare']}))" if p["compare"] else ""
+        if p["from"] is None:
+            lines.append(f"- **{name}**: new, at `{_short(p['to'])}`")
+            continue
+        lines.append(f"- **{name}**: `{_short(p['from'])}` → `{_short(p['to'])}`{count}{link}")
+        for title in p["titles"][:max_titles]:
+            lines.append(f"  - {title}")
+        if len(p["titles"]) > max_titles:
+            lines.append(f"  - … and {len(p['titles']) - max_titles} more")
+    lines.append("")
+    patches = changes["patches"]
+    if any(patches.values()):
+        lines += ["## Patches", ""]
+        for kind in ("added", "dropped", "refreshed"):
+            for name in patches[kind]:
+                lines.append(f"- {kind}: `{name}`")
+        lines.append("")
+    merged = [b for b in changes["bumps"] if b["result"] == "merged"]
+    held = [b for b in changes["bumps"] if b["result"] == "held"]
+    if merged:
+        lines += ["## Merged bumps", ""] + [f"- `{b['branch']}`" for b in merged] + [""]
+    lines += ["## Held back", ""]
+    if not held:
+        lines += ["Nothing was held back.", ""]
+    for b in held:
+        lines.append(f"- `{b['branch']}`: failed at step `{b['why']['step']}`")
+        if b["why"]["log"]:
+            lines += ["", "  ```", *("  " + x for x in b["why"]["log"]), "  ```"]
+    lines.append("")
+    if changes["artifacts"]:
+        lines += ["## Artifacts", "", "| file | sha256 |", "| --- | --- |"]
+        lines += [f"| `{name}` | `{digest}` |" for name, digest in changes["artifacts"].items()]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -1,0 +1,171 @@
+"""Reproducibility: compiler flags that keep build paths out of binaries, and the leak check on what ships.
+
+Both are pure functions: plan.py merges `prefix_map_env` into each build's environment; the stage step calls
+`leak_problems` on every staged file and fails on any hit (as it already fails on a build-tree RPATH).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+PREFIX_MAPS = "file-prefix-map-1"  # in every build key: builds from before the maps are not reused
+
+# Environment variables read by the compilers the recipes use (CMake reads CFLAGS/CXXFLAGS/CUDAFLAGS/HIPFLAGS on the
+# first configure; cargo reads RUSTFLAGS). zig has no prefix map; zinc builds ReleaseFast (no debug info).
+C_LIKE = ("CFLAGS", "CXXFLAGS", "HIPFLAGS", "OBJCFLAGS")
+
+
+def prefix_map_env(maps: Sequence[tuple[str, str]], base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Pure: `base` with each (old, new) path map appended to every compiler's flags (existing flags kept first).
+
+    -ffile-prefix-map covers __FILE__, debug info and profile paths (gcc >= 8, clang >= 10); nvcc passes it on to
+    its host compiler; rustc gets --remap-path-prefix."""
+    env = dict(base or {})
+    maps = [(old.rstrip("/"), new) for old, new in maps if old and old.rstrip("/")]
+
+    def add(var: str, flags: Iterable[str]) -> None:
+        flags = list(flags)
+        if flags:
+            env[var] = " ".join(([env[var]] if env.get(var) else []) + flags)
+
+    c = [f"-ffile-prefix-map={old}={new}" for old, new in maps]
+    for var in C_LIKE:
+        add(var, c)
+    add("CUDAFLAGS", [f"-Xcompiler=-ffile-prefix-map={old}={new}" for old, new in maps])
+    add("RUSTFLAGS", [f"--remap-path-prefix={old}={new}" for old, new in maps])
+    return env
+
+
+def build_maps(*, source: str, build: str, recipe: str, cache: str | None = None, home: str | None = None) -> list[tuple[str, str]]:
+    """Pure: the path maps for one build: its source and build dirs to fixed names, the cache and $HOME to neutral ones.
+
+    gcc applies the last matching map, so the most specific maps come last."""
+    maps = []
+    if home:
+        maps.append((home, "/home/builder"))
+    if cache:
+        maps.append((cache, "/onebit/cache"))
+    maps += [(build, f"/usr/src/onebit/{recipe}-build"), (source, f"/usr/src/onebit/{recipe}")]
+    return maps
+
+
+def _roots(forbidden: Sequence[tuple[str, str]]) -> list[tuple[str, bytes]]:
+    out = []
+    for label, root in forbidden:
+        root = (root or "").rstrip("/")
+        if root.count("/") >= 1 and len(root) > 1:  # "/" or "" would match everything: not a useful root
+            out.append((label, root.encode()))
+    return out
+
+
+def leak_problems(rel: str, data: bytes, forbidden: Sequence[tuple[str, str]]) -> list[str]:
+    """Pure: one line per forbidden root (work dir, cache dir, $HOME) whose path appears inside a shipped file."""
+    problems = []
+    for label, root in _roots(forbidden):
+        at = -1
+        for follow in (b"/", b"\0", b"\n", b'"', b"'", b":", b" "):
+            at = data.find(root + follow)
+            if at >= 0:
+                break
+        if at < 0 and data.endswith(root):
+            at = len(data) - len(root)
+        if at >= 0:
+            end = data.find(b"\0", at)
+            snippet = data[at: end if 0 <= end - at < 120 else at + 120].decode(errors="replace")
+            problems.append(f"{rel}: contains the {label} ({snippet!r} at byte {at})")
+    return problems
+
+
+def wheel_members(wheel_dirs: Iterable[Path]) -> dict[str, Path]:
+    """Every file inside these wheels (member path -> the wheel holding it): what a recipe vendors from upstream."""
+    import zipfile
+
+    out = {}
+    for d in wheel_dirs:
+        for whl in sorted(Path(d).glob("*.whl")):
+            with zipfile.ZipFile(whl) as z:
+                for name in z.namelist():
+                    if not name.endswith("/"):
+                        out[name] = whl
+    return out
+
+
+def _vendored_leak(rel: str, problems: list[str], forbidden, vendored: Mapping[str, Path]) -> bool:
+    """True when `rel` is a file of a vendored upstream wheel that already holds these same paths (its builder's,
+    e.g. manylinux builds as root, so `/root/...`): stage may have patched its RPATH, so bytes are not compared."""
+    import zipfile
+
+    parts = rel.split("/")
+    for i in range(len(parts)):
+        member = "/".join(parts[i:])
+        if member in vendored:
+            with zipfile.ZipFile(vendored[member]) as z:
+                theirs = {p.split(" (")[0].split(": ", 1)[1] for p in leak_problems(member, z.read(member), forbidden)}
+            ours = {p.split(" (")[0].split(": ", 1)[1] for p in problems}
+            return ours <= theirs
+    return False
+
+
+def scan_tree(prefix: Path, forbidden: Sequence[tuple[str, str]], vendored: Mapping[str, Path] | None = None) -> list[str]:
+    """Every leak in the regular files below `prefix` (symlinks are not followed: their targets are checked apart).
+    A file of a vendored upstream wheel whose wheel copy holds the same paths is not our leak."""
+    problems = []
+    for path in sorted(prefix.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            rel = path.relative_to(prefix).as_posix()
+            found = leak_problems(rel, path.read_bytes(), forbidden)
+            if found and vendored and _vendored_leak(rel, found, forbidden, vendored):
+                continue
+            problems += found
+        elif path.is_symlink():
+            problems += leak_problems(path.relative_to(prefix).as_posix(), str(path.readlink()).encode(), forbidden)
+    return problems
+
+
+def compare_dirs(a: Path, b: Path, names: Sequence[str] | None = None, *, diffoscope: str | None = None,
+                 max_lines: int = 40) -> list[str]:
+    """Which files differ between two release directories, and where (diffoscope's first lines when installed)."""
+    import shutil as _shutil
+    import subprocess as _subprocess
+
+    names = sorted(names if names is not None else {p.name for p in a.iterdir() if p.is_file()} |
+                   {p.name for p in b.iterdir() if p.is_file()})
+    tool = diffoscope or _shutil.which("diffoscope")
+    problems = []
+    for name in names:
+        fa, fb = a / name, b / name
+        if not fa.is_file() or not fb.is_file():
+            problems.append(f"{name}: only in {a if fa.is_file() else b}")
+            continue
+        if fa.read_bytes() == fb.read_bytes():
+            continue
+        problems.append(f"{name}: differs")
+        if tool:
+            proc = _subprocess.run([tool, "--text", "-", "--max-report-size", "200000", str(fa), str(fb)],
+                                   capture_output=True, text=True, check=False, timeout=600)
+            problems += ["    " + line for line in proc.stdout.splitlines()[:max_lines]]
+    return problems
+
+
+def drop_bytecode(prefix: Path) -> list[str]:
+    """Delete every __pycache__ and .pyc/.pyo below `prefix` (they embed build paths and times); return what went."""
+    import shutil as _shutil
+
+    gone = []
+    for path in sorted(prefix.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_symlink():
+            continue
+        if path.is_file() and path.suffix in (".pyc", ".pyo"):
+            gone.append(path.relative_to(prefix).as_posix())
+            path.unlink()
+        elif path.is_dir() and path.name == "__pycache__":
+            _shutil.rmtree(path)
+    return gone
+
+
+def builder_python_env() -> list[tuple[str, str]]:
+    """The builder's virtual environment as a forbidden root (pip writes its interpreter into script shebangs);
+    nothing for a system Python, whose prefix (/usr) is no build-machine path."""
+    import sys
+
+    return [("the builder's Python environment", sys.prefix)] if sys.prefix != sys.base_prefix else []

@@ -1,0 +1,140 @@
+"""Assembling a release directory from built bundles: names, licenses, Lemonade archives, sums, SBOM, changes."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import tarfile
+
+import pytest
+from test_lemonade import build_prefix
+from test_release_changes import commit, git
+
+from builders import package
+from builders.errors import OnebitError
+from builders.release import flow, lemonade
+from builders.release.archive import read_tar
+
+TAG = "v2026.48"
+MTIME = 1767225600
+
+
+@pytest.fixture
+def world(tmp_path):
+    up = tmp_path / "upstream"
+    up.mkdir()
+    git(up, "init", "-q", "-b", "main")
+    c1 = commit(up, "llama 1", {"LICENSE": "MIT License\n", "a.c": "1"})
+    cache = tmp_path / "cache" / "git"
+    cache.mkdir(parents=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(up), str(cache / f"{c1}.git")], check=True)
+    root = tmp_path / "project"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit(root, "project", {
+        "LICENSE": "Apache-2.0\n", "NOTICE": "1bit engine\n",
+        "pins.yaml": f"schema_version: 1\npins:\n  llama.cpp:\n    url: https://github.com/ggml-org/llama.cpp.git\n"
+                     f"    commit: {c1}\n    license: MIT\n",
+        "recipes/cpu.yaml": "name: cpu\nsource:\n  pin: llama.cpp\n  patches:\n    - file: 0001-x.patch\n",
+        "recipes/patches/cpu/0001-x.patch": "diff\n"})
+    prefix = build_prefix(tmp_path / "b", ("cpu",))
+    (prefix / "bin").mkdir()
+    (prefix / "bin/llama-server-cpu").symlink_to("../libexec/onebit/cpu/bin/llama-server")
+    tarball = package.tar_zst([prefix], {}, tmp_path / "onebit-cpu-2026.48-0-linux-64.tar.zst", "onebit-cpu")
+    pkg = tmp_path / "onebit-cpu-2026.48-cpu_habc_0.conda"
+    pkg.write_bytes(b"conda")
+    built = flow.BuiltBundle(name="cpu", tarball=tarball, packages=[pkg], pins=["llama.cpp"],
+                             toolchain={"gcc": "12.2.0"})
+    return {"root": root, "cache": cache, "built": built, "c1": c1}
+
+
+def run(world, out):
+    return flow.assemble(root=world["root"], out=out, tag=TAG, previous_tag=None, date=dt.date(2026, 11, 29),
+                         config=flow.ReleaseConfig(repo="1bit-MONSTER/1bit-engine"), built=[world["built"]],
+                         git_cache=lambda c: world["cache"] / f"{c}.git", mtime=MTIME)
+
+
+def test_release_directory(world, tmp_path):
+    out = tmp_path / "release"
+    files = run(world, out)
+    names = [p.name for p in files]
+    assert names == ["1bit-v2026.48-linux-x86_64.tar.zst", "backend_versions.json", "changes.json",
+                     "llama-v2026.48-bin-ubuntu-x64.tar.gz", "notes.md", "onebit-cpu-2026.48-cpu_habc_0.conda",
+                     "sbom.cdx.json", "SHA256SUMS"]
+    sums = dict(reversed(line.split("  ")) for line in (out / "SHA256SUMS").read_text().splitlines())
+    assert set(sums) == set(names) - {"SHA256SUMS"}
+    assert all(sums[n] == lemonade.sha256(out / n) for n in sums)
+    members = {m.name: (m, data) for m, data in read_tar(out / "1bit-v2026.48-linux-x86_64.tar.zst")}
+    top = "1bit-v2026.48-linux-x86_64"
+    assert {n.split("/")[0] for n in members} == {top}
+    assert members[f"{top}/LICENSE"][1] == b"Apache-2.0\n" and members[f"{top}/NOTICE"][1] == b"1bit engine\n"
+    assert members[f"{top}/licenses/llama.cpp/LICENSE"][1] == b"MIT License\n"
+    link = members[f"{top}/bin/llama-server-cpu"][0]
+    assert link.issym() and link.linkname == "../libexec/onebit/cpu/bin/llama-server"
+    assert lemonade.contract_problems(out / "llama-v2026.48-bin-ubuntu-x64.tar.gz") == []
+    with tarfile.open(out / "llama-v2026.48-bin-ubuntu-x64.tar.gz") as tar:
+        assert "llama-v2026.48-bin-ubuntu-x64/licenses/llama.cpp/LICENSE" in tar.getnames()
+    frag = json.loads((out / "backend_versions.json").read_text())
+    assert frag["llamacpp"] == {"cpu": TAG}
+    assert frag["checksums"]["github"]["1bit-MONSTER/1bit-engine"][TAG]["llama-v2026.48-bin-ubuntu-x64.tar.gz"] == \
+        "sha256:" + sums["llama-v2026.48-bin-ubuntu-x64.tar.gz"]
+    doc = json.loads((out / "changes.json").read_text())
+    assert doc["tag"] == TAG and doc["pins"]["llama.cpp"]["to"] == world["c1"]
+    assert doc["artifacts"]["llama-v2026.48-bin-ubuntu-x64.tar.gz"] == sums["llama-v2026.48-bin-ubuntu-x64.tar.gz"]
+    bom = json.loads((out / "sbom.cdx.json").read_text())
+    assert bom["components"][0]["pedigree"]["patches"][0]["diff"]["text"]["content"] == "diff\n"
+    assert "## Held back" in (out / "notes.md").read_text()
+    # the same inputs again: the same bytes, written by a swap
+    first = {p.name: p.read_bytes() for p in files}
+    again = run(world, out)
+    assert {p.name: p.read_bytes() for p in again} == first
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".release", "release"))) == ["release"]
+
+
+def test_missing_upstream_license_refuses_and_keeps_the_previous_release(world, tmp_path):
+    out = tmp_path / "release"
+    run(world, out)
+    before = sorted(p.name for p in out.iterdir())
+    world["cache"] = tmp_path / "nowhere"
+    with pytest.raises(OnebitError, match="no license file"):
+        run(world, out)
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+@pytest.mark.parametrize("existing, current, prev", [
+    (["v2026.46", "v2026.47", "v2026.47.1", "v2026.48"], "v2026.48", "v2026.47.1"),
+    (["v2026.48"], "v2026.48.1", "v2026.48"),
+    ([], "v2026.48", None),
+    (["nightly", "v2027.01"], "v2026.48", None),
+])
+def test_previous(existing, current, prev):
+    assert flow.previous(existing, current) == prev
+
+
+def test_config(tmp_path):
+    with pytest.raises(OnebitError, match="no release repository"):
+        flow.load_config(tmp_path, {})
+    (tmp_path / "release.yaml").write_text("repo: o/r\nlemonade:\n  lean-rocm: {rocm: '7.1'}\n")
+    assert flow.load_config(tmp_path, {}).lemonade == {"lean-rocm": {"rocm": "7.1"}}
+    assert flow.load_config(tmp_path, {"ONEBIT_RELEASE_REPO": "x/y"}).repo == "x/y"
+
+
+@pytest.mark.parametrize("configured, toolchain, expected", [
+    ({}, {}, {}),
+    ({}, {"hipconfig@ONEBIT_LEAN_ROCM_TOOLCHAIN": "7.1.25300"}, {"lean-rocm": {"rocm": "7.1"}}),
+    ({"lean-rocm": {"rocm": "6.4"}}, {"hipconfig": "7.1.0"}, {"lean-rocm": {"rocm": "6.4"}}),
+    ({"cuda": {"cuda_arch": ["sm_90"]}}, {"gcc": "12.2"}, {"cuda": {"cuda_arch": ["sm_90"]}}),
+])
+def test_lemonade_params(configured, toolchain, expected):
+    assert flow.lemonade_params(configured, toolchain) == expected
+
+
+def test_installed_dists_and_manifest_pins(tmp_path):
+    meta = tmp_path / "lib/onebit/python/numpy-2.4.6.dist-info/METADATA"
+    meta.parent.mkdir(parents=True)
+    meta.write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 2.4.6\n\nlong text: with colon\n")
+    (tmp_path / "share/onebit").mkdir(parents=True)
+    (tmp_path / "share/onebit/manifest.json").write_text(
+        '{"backends": {"cpu": {"source": {"pin": "llama.cpp"}}, "x": {"source": null}}}')
+    assert flow.installed_dists(tmp_path) == {("numpy", "2.4.6")}
+    assert flow.manifest_pins(tmp_path) == {"llama.cpp"}

@@ -1,0 +1,85 @@
+"""Reproducibility helpers: prefix-map flags (proved with real gcc builds in two directories) and the leak check."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from builders.release import repro
+
+SRC = '#include <stdio.h>\nint main(void) { printf("%s\\n", __FILE__); return 0; }\n'
+
+
+def test_prefix_map_env_table():
+    env = repro.prefix_map_env([("/w/src/k/", "/usr/src/onebit/cpu"), ("", "/x")], {"CFLAGS": "-O2", "PATH": "/bin"})
+    assert env["CFLAGS"] == "-O2 -ffile-prefix-map=/w/src/k=/usr/src/onebit/cpu"
+    assert env["CXXFLAGS"] == "-ffile-prefix-map=/w/src/k=/usr/src/onebit/cpu"
+    assert env["CUDAFLAGS"] == "-Xcompiler=-ffile-prefix-map=/w/src/k=/usr/src/onebit/cpu"
+    assert env["RUSTFLAGS"] == "--remap-path-prefix=/w/src/k=/usr/src/onebit/cpu"
+    assert env["PATH"] == "/bin"
+    assert repro.build_maps(source="/w/s", build="/w/b", recipe="cpu", cache="/c", home="/h") == [
+        ("/h", "/home/builder"), ("/c", "/onebit/cache"), ("/w/b", "/usr/src/onebit/cpu-build"), ("/w/s", "/usr/src/onebit/cpu")]
+
+
+def build_in(tmp: Path, name: str) -> bytes:
+    """Compile the same source in a different directory, as cmake would (absolute paths, -g)."""
+    src = tmp / name / "src"
+    bld = tmp / name / "build"
+    src.mkdir(parents=True)
+    bld.mkdir()
+    (src / "main.c").write_text(SRC)
+    env = repro.prefix_map_env(repro.build_maps(source=str(src), build=str(bld), recipe="demo"), dict(os.environ))
+    subprocess.run(["gcc", "-g", "-O1", *env["CFLAGS"].split(), "-Wl,--build-id", "-o", str(bld / "demo"),
+                    str(src / "main.c")], check=True, cwd=bld)
+    return (bld / "demo").read_bytes()
+
+
+def test_prefix_maps_make_gcc_output_identical_across_dirs(tmp_path):
+    a, b = build_in(tmp_path, "one"), build_in(tmp_path, "two-longer-name")
+    assert a == b
+    assert str(tmp_path).encode() not in a
+    assert b"/usr/src/onebit/demo/main.c" in a
+
+
+@pytest.mark.parametrize("data, leaks", [
+    (b"\0/w/work/src/ggml.c\0", ["work dir"]),
+    (b"prefix /home/u/.cache/onebit/git x", ["cache dir", "$HOME"]),
+    (b"/home/u", ["$HOME"]),
+    (b"/home/user2/x /w/workshop", []),  # another user's home and a sibling of the work dir are not leaks
+    (b"/usr/src/onebit/cpu/ggml.c", []),
+])
+def test_leak_problems(data, leaks):
+    forbidden = [("work dir", "/w/work"), ("cache dir", "/home/u/.cache/onebit"), ("$HOME", "/home/u"), ("root", "/")]
+    found = repro.leak_problems("lib/x.so", data, forbidden)
+    assert [p.split("contains the ")[1].split(" (")[0] for p in found] == leaks
+    assert all(p.startswith("lib/x.so: contains the ") for p in found)
+
+
+def test_scan_tree(tmp_path):
+    (tmp_path / "p/lib").mkdir(parents=True)
+    (tmp_path / "p/lib/ok.so").write_bytes(b"clean")
+    (tmp_path / "p/lib/bad.py").write_text("ROOT = '/w/work/src'\n")
+    (tmp_path / "p/lib/link").symlink_to("/w/work/lib.so")
+    found = repro.scan_tree(tmp_path / "p", [("work dir", "/w/work")])
+    assert [p.split(" (")[0] for p in found] == ["lib/bad.py: contains the work dir", "lib/link: contains the work dir"]
+    assert found[0].endswith("at byte 8)") and "'/w/work/lib.so'" in found[1]
+
+
+def test_files_vendored_from_a_wheel_keep_their_builders_paths(tmp_path):
+    import zipfile
+    so = b"\x7fELF /root/usr/lib/gcc/include from the wheel builder"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "yaml-6.0-cp311-cp311-manylinux_x86_64.whl", "w") as z:
+        z.writestr("yaml/_yaml.so", so)
+    (tmp_path / "p/lib/python/yaml").mkdir(parents=True)
+    (tmp_path / "p/lib/python/yaml/_yaml.so").write_bytes(so + b" RPATH patched by stage")
+    (tmp_path / "p/lib/python/yaml/extra.so").write_bytes(so)  # not a file of the wheel
+    (tmp_path / "p/lib/python/yaml/_yaml2.so").write_bytes(b"/root/.cache/onebit/x")
+    forbidden = [("$HOME", "/root"), ("cache dir", "/root/.cache/onebit")]
+    found = repro.scan_tree(tmp_path / "p", forbidden, repro.wheel_members([wheels]))
+    assert [p.split(":")[0] for p in found] == ["lib/python/yaml/_yaml2.so", "lib/python/yaml/_yaml2.so",
+                                                 "lib/python/yaml/extra.so"]
+    assert len(repro.scan_tree(tmp_path / "p", forbidden)) == 4
