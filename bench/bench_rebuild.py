@@ -28,10 +28,14 @@ from builders.plan import all_tools, make_plan  # noqa: E402
 from builders.plan_types import Layout  # noqa: E402
 
 
+CACHE: Path | None = None  # the fetch cache (sources, wheels): shared, so a machine without network can run this
+
+
 def build(root: Path, base: Path, bundle: str, only: set[str] | None) -> tuple[float, object]:
     project = config.load_project(root)
     facts = host.gather(all_tools(project, bundle))
-    plan = make_plan(project, bundle, facts, Layout(root, base / "cache", base / "work", base / "out"), only=only)
+    # a fresh work dir and step stamps of their own: every build step here is cold unless the bench says otherwise
+    plan = make_plan(project, bundle, facts, Layout(root, CACHE or base / "cache", base / "work", base / "out"), only=only)
     t = time.monotonic()
     report = Executor(plan, project).run()
     return time.monotonic() - t, report
@@ -40,6 +44,7 @@ def build(root: Path, base: Path, bundle: str, only: set[str] | None) -> tuple[f
 def project_copy(base: Path) -> Path:
     """A copy of the project's declarative inputs, so the bench may edit a patch without touching the checkout."""
     root = base / "project"
+    root.mkdir(parents=True)
     for name in ("pins.yaml", "recipes", "bundles", "schemas", "onebit", "builders"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
@@ -51,9 +56,7 @@ def bench_patch(args, base: Path) -> None:
     only = {args.variant, "serve"}
     cold, _ = build(root, base, args.bundle, only)
     patch = root / "recipes" / "patches" / "llama.cpp" / "0001-ggml-find-backends-in-exe-lib.patch"
-    text = patch.read_text()
-    marker = next(line for line in text.splitlines() if line.startswith("+") and not line.startswith("+++"))
-    patch.write_text(_fix_hunk_counts(text.replace(marker, "+// onebit: a refreshed patch (bench)\n" + marker, 1)))
+    patch.write_text(refreshed(patch.read_text()))
     rebuild, report = build(root, base, args.bundle, only)
     ran = [s for s in report.ran if s.startswith(("source:", "build:"))]
     print(f"cold build of {args.variant} (+serve)          {cold:8.1f} s")
@@ -61,14 +64,26 @@ def bench_patch(args, base: Path) -> None:
     print(f"patch rebuild / cold                  {rebuild / cold:8.1%}   (goal <= 15%)")
 
 
-def _fix_hunk_counts(text: str) -> str:
-    """The inserted '+' line grows the first hunk by one new line: bump its +len."""
+def refreshed(text: str) -> str:
+    """The patch with one more C++ comment line in its first hunk on a .cpp file (a realistic refresh: the build
+    recompiles that file and relinks what depends on it). That hunk's new-line count grows by one."""
     import re
 
-    def bump(m: re.Match) -> str:
-        return f"@@ -{m.group(1)} +{m.group(2)},{int(m.group(3)) + 1} @@"
-
-    return re.sub(r"@@ -(\S+) \+(\d+),(\d+) @@", bump, text, count=1)
+    lines = text.splitlines(keepends=True)
+    in_cpp, out, done = False, [], False
+    for line in lines:
+        if line.startswith("+++ "):
+            in_cpp = line.rstrip().endswith(".cpp")
+        elif in_cpp and not done and line.startswith("@@ "):
+            m = re.match(r"@@ -(\S+) \+(\d+),(\d+) @@(.*)", line, re.S)
+            out.append(f"@@ -{m.group(1)} +{m.group(2)},{int(m.group(3)) + 1} @@{m.group(4)}")
+            out.append("+// onebit: a refreshed patch (bench)\n")
+            done = True
+            continue
+        out.append(line)
+    if not done:
+        raise SystemExit("bench: the patch has no hunk on a .cpp file to refresh")
+    return "".join(out)
 
 
 def bench_bundle(args, base: Path) -> None:
@@ -88,7 +103,10 @@ def main() -> int:
     ap.add_argument("--variant", default="cpu")
     ap.add_argument("--bundle")
     ap.add_argument("--longest", default="vulkan")
+    ap.add_argument("--cache", type=Path, help="an existing fetch cache to take sources from (e.g. ~/.cache/onebit)")
     args = ap.parse_args()
+    global CACHE
+    CACHE = args.cache
     args.bundle = args.bundle or ("cpu" if args.what == "patch" else "vulkan")
     with tempfile.TemporaryDirectory(prefix="onebit-bench-") as tmp:
         base = Path(tmp)
