@@ -1,7 +1,6 @@
 """changes.json: what moved since the previous release, from pins.yaml's history, the git cache and the bump results."""
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import subprocess
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from ..config import file_sha256
 from ..errors import OnebitError
 
 LOG_TAIL = 20
@@ -123,13 +123,6 @@ def bump_entries(results: Sequence[BumpResult], tail: int = LOG_TAIL) -> list[di
                         "why": {"step": r.failed_step, "log": r.log.splitlines()[-tail:]}})
     return out
 
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def artifact_sums(out: Path, skip: Sequence[str] = ("SHA256SUMS", "changes.json")) -> dict[str, str]:

@@ -7,7 +7,6 @@ sets no LD_LIBRARY_PATH, so the archive carries exactly one `llama-server` with 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -17,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..config import file_sha256 as sha256
 from ..errors import OnebitError
 from .archive import tree_files, write_tar
 
@@ -107,13 +107,6 @@ def make_archives(prefix: Path, out: Path, tag: str, licenses: Mapping[str, Path
             made.append((variant, backend, path))
     return made
 
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fragment(repo: str, tag: str, archives: Mapping[str, Path]) -> dict:

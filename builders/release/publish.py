@@ -16,6 +16,7 @@ from pathlib import Path
 
 import requests
 
+from ..config import file_sha256 as _sha256
 from ..errors import OnebitError
 
 GITHUB_API = "https://api.github.com"
@@ -24,13 +25,6 @@ GITHUB_API = "https://api.github.com"
 class PublishError(OnebitError):
     pass
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass
