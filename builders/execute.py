@@ -222,8 +222,9 @@ class Executor:
         build_dir = Path(d.build_dir)
         (build_dir / KEY_FILE).unlink(missing_ok=True)
         source_file = build_dir / ".onebit-source"
-        if d.fresh_dir or (source_file.is_file() and source_file.read_text().strip() != d.source_dir):
-            shutil.rmtree(build_dir, ignore_errors=True)  # configured against another checkout: start clean
+        if d.fresh_dir or (build_dir.is_dir() and any(build_dir.iterdir()) and not _holds(source_file, d.source_dir)):
+            # configured against another checkout, or by a builder that did not record which: start clean
+            shutil.rmtree(build_dir, ignore_errors=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         source_file.write_text(d.source_dir + "\n")
         kind = KINDS[d.kind]

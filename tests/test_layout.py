@@ -328,3 +328,18 @@ def test_a_recipe_test_that_hangs_is_one_clear_error(tmp_path):
         run_recipe_tests(data, prefix, log=lambda m: None)
     assert str(err.value).splitlines()[0] == ("recipes/v.yaml: recipe test 'waits for input' of v did not finish in 1 s: "
                                               "bin/hangs")
+
+
+@pytest.mark.e2e
+def test_a_build_dir_left_by_an_older_builder_is_started_clean(tmp_path):
+    """A build dir configured against another checkout path (here: one that never recorded its checkout) must not
+    reach CMake, which would refuse it: the build starts that dir clean."""
+    mini = make_mini(tmp_path / "m")
+    project = config.load_project(mini.root)
+    layout = Layout(root=mini.root, cache=tmp_path / "cache", work=tmp_path / "work", out=tmp_path / "out")
+    plan = make_plan(project, "mini", host.gather(all_tools(project, "mini")), layout)
+    stale = Path(plan.step("build:hello").data.build_dir)
+    stale.mkdir(parents=True)
+    (stale / "CMakeCache.txt").write_text("CMAKE_HOME_DIRECTORY:INTERNAL=/somewhere/else\n")
+    report = Executor(plan, project).run()
+    assert "build:hello" in report.ran and (stale / ".onebit-source").read_text().strip() == plan.step("build:hello").data.source_dir
