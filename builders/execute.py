@@ -222,7 +222,10 @@ class Executor:
         build_dir = Path(d.build_dir)
         (build_dir / KEY_FILE).unlink(missing_ok=True)
         source_file = build_dir / ".onebit-source"
-        if d.fresh_dir or (build_dir.is_dir() and any(build_dir.iterdir()) and not _holds(source_file, d.source_dir)):
+        configured = _cmake_home(build_dir)
+        stale = (build_dir.is_dir() and any(build_dir.iterdir()) and not _holds(source_file, d.source_dir)) or (
+            configured is not None and configured != d.source_dir)
+        if d.fresh_dir or stale:
             # configured against another checkout, or by a builder that did not record which: start clean
             shutil.rmtree(build_dir, ignore_errors=True)
         build_dir.mkdir(parents=True, exist_ok=True)
@@ -331,6 +334,18 @@ def _notes(build_dir: Path) -> dict:
         return json.loads((build_dir / NOTES_FILE).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def _cmake_home(build_dir: Path) -> str | None:
+    """The source dir a CMake build dir was configured for (CMakeCache.txt's CMAKE_HOME_DIRECTORY), if any."""
+    try:
+        text = (build_dir / "CMakeCache.txt").read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("CMAKE_HOME_DIRECTORY:"):
+            return line.split("=", 1)[1].strip()
+    return None
 
 
 def _holds(key_file: Path, key: str) -> bool:
