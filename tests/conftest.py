@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import contextmanager
 import sys
 from pathlib import Path
 
@@ -23,13 +24,26 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+@contextmanager
+def live_output(request):
+    """Let a long fixture build's progress reach the terminal or CI log (pytest captures it otherwise): the builder's
+    plain `... build:cpu [n/m] s` lines then show every 30 s instead of minutes of silence."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        yield
+        return
+    with capman.global_and_fixture_disabled():
+        yield
+
+
 @pytest.fixture(scope="session")
-def cpu_bundle(tmp_path_factory) -> BuiltBundle:
+def cpu_bundle(tmp_path_factory, request) -> BuiltBundle:
     """The real CPU bundle: fetched through the sdist mirror, patched, built with CMake (ccache allowed), staged,
     packaged, indexed and installed offline into a prefix. Built once per test session."""
     if shutil.which("cmake") is None or shutil.which("ninja") is None:
         pytest.fail("cmake and ninja are needed for the end-to-end build (.ci/run installs them)")
-    return build_cpu_bundle(tmp_path_factory.mktemp("cpu-bundle"))
+    with live_output(request):
+        return build_cpu_bundle(tmp_path_factory.mktemp("cpu-bundle"))
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from builders.execute import Executor
 from builders.install import install_bundle
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
+from conftest import live_output
 from serve_fixtures import free_port, wait_http
 from tiny_gguf import write_tiny_gguf
 
@@ -39,7 +40,7 @@ def _missing_toolchain() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def vulkan_bundle(cpu_bundle, tmp_path_factory):
+def vulkan_bundle(cpu_bundle, tmp_path_factory, request):
     missing = _missing_toolchain()
     if missing:
         why = f"the Vulkan toolchain is missing: apt-get install {' '.join(missing)} (.ci/run installs them)"
@@ -52,7 +53,8 @@ def vulkan_bundle(cpu_bundle, tmp_path_factory):
     old = os.environ.get("GGML_VK_VISIBLE_DEVICES")
     os.environ.update(LAVAPIPE)  # so the recipe test marked `needs: gpu` finds its device and runs
     try:
-        report = Executor(plan, project).run()
+        with live_output(request):
+            report = Executor(plan, project).run()
     finally:
         os.environ.pop("GGML_VK_VISIBLE_DEVICES") if old is None else os.environ.update(GGML_VK_VISIBLE_DEVICES=old)
     prefix = base / "prefix"
