@@ -31,10 +31,21 @@ sys.exit(main())
 '''
 
 
+def drop_script_records(site: Path) -> None:
+    """The removed console scripts stay listed in their wheels' RECORD, with a hash of a file that held the build's
+    interpreter path: drop those lines, so the shipped tree names only what it ships and two builds give one byte."""
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        lines = record.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if not line.startswith("../../bin/")]
+        if kept != lines:
+            record.write_text("".join(kept))
+
+
 def install(source: Path, prefix: Path) -> None:
     site = prefix / "lib" / "onebit" / "python"
     site.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts of vendored wheels point at the build's python
+    drop_script_records(site)
     target = site / source.name
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -343,3 +343,13 @@ def test_a_build_dir_left_by_an_older_builder_is_started_clean(tmp_path):
     (stale / "CMakeCache.txt").write_text("CMAKE_HOME_DIRECTORY:INTERNAL=/somewhere/else\n")
     report = Executor(plan, project).run()
     assert "build:hello" in report.ran and (stale / ".onebit-source").read_text().strip() == plan.step("build:hello").data.source_dir
+
+
+def test_vendored_wheels_name_no_removed_console_script(tmp_path):
+    from builders.serve_install import drop_script_records
+
+    info = tmp_path / "idna-3.20.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("../../bin/idna,sha256=abc,213\nidna/__init__.py,sha256=def,849\n")
+    drop_script_records(tmp_path)
+    assert (info / "RECORD").read_text() == "idna/__init__.py,sha256=def,849\n"
