@@ -18,7 +18,7 @@ from .errors import OnebitError
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, ExtraSource, FetchData, Layout, PackageData,
                          Plan, RecipeTest, SourceData, StageData, Step, ToolchainData, WheelsData, digest)
 
-BUILDER_VERSION = "3"  # bump to invalidate every build step key
+BUILDER_VERSION = "4"  # bump to invalidate every build step key (4: serve_install drops console-script RECORD lines)
 _PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::(?:root|major))?)?)\}")
 
 
