@@ -156,3 +156,14 @@ def serve_prefix(request) -> Path:
     if dev and (Path(dev) / "share" / "onebit" / "manifest.json").is_file():
         return Path(dev)
     pytest.skip("no installed CPU bundle (cpu_bundle_prefix fixture or ONEBIT_TEST_PREFIX)")
+
+
+async def start_app(app):
+    """Run an aiohttp app on a free loopback port: (runner, base URL). The caller cleans the runner up."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}"

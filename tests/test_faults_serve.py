@@ -20,7 +20,7 @@ import sys
 import aiohttp
 import pytest
 from aiohttp import web
-from serve_fixtures import free_port, write_stub_bundle
+from serve_fixtures import free_port, start_app, write_stub_bundle
 from tiny_gguf import write_tiny_gguf
 
 from onebit.errors import ModelError
@@ -264,11 +264,7 @@ async def _echo_upstream():
     app = web.Application(client_max_size=1024**3)
     app.router.add_get("/health", health)
     app.router.add_route("*", "/{tail:.*}", echo)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
+    return await start_app(app)
 
 
 async def _with_proxy(body, **kw):

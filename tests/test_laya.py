@@ -13,7 +13,7 @@ import pytest
 import yaml
 from aiohttp import web
 from laya_fake import FakeClassifier
-from serve_fixtures import STRIX, free_port, models, write_manifest  # noqa: F401  (models is a fixture)
+from serve_fixtures import STRIX, free_port, models, start_app, write_manifest  # noqa: F401  (models is a fixture)
 from tiny_gguf import write_tiny_gguf
 
 from onebit import cli
@@ -354,11 +354,7 @@ async def _upstream(name: str):
         return web.json_response({"from": name})
 
     app.router.add_get("/v1/models", models_)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
+    return await start_app(app)
 
 
 def test_proxy_routes_by_class_with_the_route_header():

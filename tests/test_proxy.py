@@ -11,7 +11,7 @@ from aiohttp import web
 
 from onebit.proxy import (Proxy, Upstream, choose_adaptive, choose_long, host_allowed, origin_allowed, prompt_text,
                           serve_forever, token_upper_bound)
-from serve_fixtures import free_port
+from serve_fixtures import free_port, start_app
 
 
 @pytest.mark.parametrize("tokens,want", [(0, "default"), (99, "default"), (100, "long"), (5000, "long")])
@@ -90,11 +90,7 @@ async def _fake_upstream(name: str, hold: asyncio.Event, seen: collections.Count
     app = web.Application()
     app.router.add_get("/health", health)
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
+    return await start_app(app)
 
 
 def test_adaptive_burst_fills_slots_then_overflows():
