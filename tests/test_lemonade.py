@@ -89,6 +89,7 @@ def test_cache_dir(env, expected):
 @pytest.mark.parametrize("name, problem", [("../x", True), ("/etc/x", True), ("top/../../x", True), ("top/a/b", False),
                                            ("", True)])
 def test_member_problem(name, problem):
+    # lemonade install refuses what every other unpacking step refuses (builders/archives.py)
     assert (lemonade.member_problem(name) is not None) == problem
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..archives import member_problem
 from ..config import file_sha256 as sha256
 from ..errors import OnebitError
 from .archive import tree_files, write_tar
@@ -177,23 +178,14 @@ def expected_sha(name: str, *, fragment_path: Path | None = None, sums_path: Pat
     return None
 
 
-def member_problem(name: str) -> str | None:
-    """Pure: why an archive member may not be extracted (absolute, `..`, empty), or None."""
-    p = PurePosixPath(name)
-    if not name or p.is_absolute() or name.startswith("/") or ".." in p.parts:
-        return f"member {name!r} escapes the install folder"
-    return None
-
-
 def _extract(archive: Path, staging: Path) -> None:
     with tarfile.open(archive) as tar:
         members = tar.getmembers()
         tops = set()
         for m in members:
-            if why := member_problem(m.name):
-                raise OnebitError(f"{archive.name}: {why}; nothing was installed")
-            if not (m.isfile() or m.isdir()):
-                raise OnebitError(f"{archive.name}: member {m.name!r} is a link or special file; nothing was installed")
+            why = member_problem(m.name, is_link=m.issym() or m.islnk(), is_special=not (m.isfile() or m.isdir()))
+            if why:
+                raise OnebitError(f"{archive.name}: member {m.name!r} {why}; nothing was installed")
             tops.add(PurePosixPath(m.name).parts[0])
         if len(tops) != 1:
             raise OnebitError(f"{archive.name}: needs one top folder, has {len(tops)}; nothing was installed")
