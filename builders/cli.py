@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -14,20 +13,10 @@ from rich.table import Table
 from . import config, host
 from .errors import OnebitError
 from .plan import all_tools, make_plan
-from .plan_types import Layout, Plan
+from .plan_types import Plan
+from .session import default_cache, layout_for, locked, preflight, refuse
 
 console = Console(stderr=True)
-
-
-def default_cache() -> Path:
-    return Path(os.environ.get("ONEBIT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "onebit")
-
-
-def layout_for(args, bundle: str) -> Layout:
-    root = Path(args.root).resolve()
-    work = Path(args.work).resolve() if args.work else root / ".onebit" / "work" / bundle
-    out = Path(args.out).resolve() if args.out else root / ".onebit" / "out" / bundle
-    return Layout(root=root, cache=Path(args.cache).resolve() if args.cache else default_cache(), work=work, out=out)
 
 
 def _plan(args) -> tuple[config.Project, Plan]:
@@ -84,60 +73,16 @@ def cmd_plan(args) -> int:
     return 1 if plan.refusals else 0
 
 
-def _refuse(plan: Plan, *, tools: bool = True) -> None:
-    problems = []
-    if plan.refusals:
-        problems.append("these recipes use unresolved pins:\n  - " + "\n  - ".join(plan.refusals))
-    if tools and plan.missing:
-        problems.append("missing toolchains:\n  - " + "\n  - ".join(plan.missing))
-    if problems:
-        raise OnebitError(f"cannot build bundle {plan.bundle!r}; nothing was done.\n" + "\n".join(problems),
-                          hint="set the variables above (or install the tools), or build a subset with --only")
-
-
-def _writable_problem(path: Path) -> str | None:
-    """Why this process cannot create or write `path` (checked at its nearest existing ancestor), or None."""
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{probe} is not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"permission denied on {probe}"
-    return None
-
-
-def _dirs(lay: Layout, out: bool) -> list[tuple[Path, str]]:
-    return [(lay.cache, "cache"), (lay.work, "work")] + ([(lay.out, "out")] if out else [])
-
-
-def _preflight(lay: Layout, *, out: bool = True) -> None:
-    """Refuse unwritable cache/work/out directories before anything is written."""
-    for d, what in _dirs(lay, out):
-        problem = _writable_problem(d if what != "out" else d.parent)
-        if problem:
-            raise OnebitError(f"cannot write the {what} directory {d}: {problem}",
-                              hint=f"fix its permissions or choose another with --{what}; nothing was changed")
-
-
-def _locked(lay: Layout, *, out: bool = True):
-    """Hold the cache, work (and out) locks: a second run on the same directories says so and waits."""
-    from . import lock
-
-    _preflight(lay, out=out)
-    return lock.hold_all(_dirs(lay, out), say=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
-
-
 def cmd_fetch(args) -> int:
     from .execute import Executor
 
     project, plan = _plan(args)
-    _preflight(plan.layout, out=False)
-    _refuse(plan, tools=False)
+    preflight(plan.layout, out=False)
+    refuse(plan, tools=False)
     # crates are vendored from a checkout: its source step runs too
     plan.steps = [s for s in plan.steps if s.action in FETCH_ACTIONS
                   or (s.action == "source" and any(c.needs == (s.id,) for c in plan.steps if c.action == "crates"))]
-    with _locked(plan.layout, out=False):
+    with locked(plan.layout, out=False):
         report = Executor(plan, project, offline=args.offline, console=console).run()
     console.print(f"[green]fetched[/] {len(report.ran)} source(s), {len(report.cached)} already cached")
     return 0
@@ -153,16 +98,16 @@ def cmd_build(args) -> int:
     if args.dry_run:
         print_plan(plan)
         return 1 if plan.refusals else 0
-    _preflight(plan.layout)
+    preflight(plan.layout)
     if plan.missing and not args.offline and any(s.action == "toolchain" for s in plan.steps):
         # toolchain inputs the fetch step provides (cuBLAS from its wheel): fetch them, then look again
-        _refuse(plan, tools=False)
+        refuse(plan, tools=False)
         first = [s for s in plan.steps if s.action == "toolchain"]
-        with _locked(plan.layout, out=False):
+        with locked(plan.layout, out=False):
             Executor(replace(plan, steps=first), project, console=console).run()
         project, plan = _plan(args)
-    _refuse(plan)
-    with _locked(plan.layout):
+    refuse(plan)
+    with locked(plan.layout):
         report = Executor(plan, project, offline=args.offline, force=args.force, console=console).run()
     built = sum(1 for s in report.ran if s.startswith("build:"))
     console.print(f"[green]done[/]: {len(report.ran)} step(s) ran ({built} build), {len(report.cached)} cached; "

@@ -27,7 +27,7 @@ import git
 from .config import file_sha256, tree_digest
 from .errors import FetchError
 from .fetch import _fetch_into_new_repo, cached, is_local
-from .package import replace_dir, write_text_atomic
+from .swap import replace_dir, write_text_atomic
 
 Log = Callable[[str], None]
 HF_ENDPOINT_ENV = "ONEBIT_HF_ENDPOINT"

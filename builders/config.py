@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from . import schemas, yamlio
+from .version import this_week
 from .errors import OnebitError, ValidationError
 
 DEFAULT_VARIANT = "default"
@@ -207,15 +208,6 @@ class Recipe:
         )
 
 
-def _week_version() -> str:
-    """No bundle version is written by hand: this ISO week's, as the release tag v<ISO year>.<ISO week> gives it."""
-    import datetime as dt
-
-    from .release.tag import version, week_tag
-
-    return version(week_tag(dt.datetime.now(dt.timezone.utc).date()))
-
-
 @dataclass(frozen=True)
 class Bundle:
     name: str
@@ -359,7 +351,7 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         bundles[data["name"]] = Bundle(
             name=data["name"],
             path=path,
-            version=str(data.get("version") or _week_version()),  # releases pass the tag's version
+            version=str(data.get("version") or this_week()),  # releases pass the tag's version
             build_number=int(data.get("build_number", 0)),
             platform=data["platform"],
             summary=data["summary"],

@@ -14,14 +14,14 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import companions, fetch, manifest, package, patch, stage
+from . import companions, elf, fetch, manifest, package, patch, stage, swap, tarball
 from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
 from .plan import clobbers
 from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, SourceData, StageData, Step,
                          SubmodulesData, ToolchainData, WheelsData, digest)
-from .release import licenses
+from . import licenses
 from .stage import KEY_FILE
 
 BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
@@ -88,7 +88,7 @@ class Executor:
     def _stamp(self, step: Step) -> None:
         if step.action in BUNDLE_ACTIONS:
             return
-        package.write_text_atomic(self.layout.step_stamp(step.key), json.dumps({"id": step.id, "key": step.key, "time": time.time()}))
+        swap.write_text_atomic(self.layout.step_stamp(step.key), json.dumps({"id": step.id, "key": step.key, "time": time.time()}))
 
     # ---- running -----------------------------------------------------------------------------------------------
     def run(self) -> Report:
@@ -215,7 +215,7 @@ class Executor:
         results = patch.apply_all(src, [Path(p) for p in d.patches], where=d.where)
         for r in results:
             self.console.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")
-        package.write_text_atomic(key_file, step.key + "\n")
+        swap.write_text_atomic(key_file, step.key + "\n")
 
     def _do_build(self, step: Step, progress, task) -> None:
         d: BuildData = step.data
@@ -236,11 +236,11 @@ class Executor:
                              "is unavailable or refused); the manifest records `build_network: not isolated`")
         facts = self._run_commands(step, step.commands, progress, task, checker=getattr(kind, "check_output", None),
                                    noter=getattr(kind, "note_output", None))
-        package.write_text_atomic(build_dir / NOTES_FILE, json.dumps(facts, sort_keys=True))
+        swap.write_text_atomic(build_dir / NOTES_FILE, json.dumps(facts, sort_keys=True))
         (build_dir / KEY_FILE).write_text(step.key + "\n")
 
     def _do_stage(self, step: Step, progress, task) -> None:
-        from .release.repro import wheel_members
+        from .repro import wheel_members
 
         vendored = wheel_members(Path(s.data.dir) for s in self.plan.steps if s.action == "wheels")
         stage.stage_variant(step.data, self.layout.work, step.key, cache=self.layout.cache, vendored=vendored,
@@ -251,7 +251,7 @@ class Executor:
         d: PackageData = step.data
         depends = list(d.depends)
         if d.glibc_from_elf:
-            glibc = stage.glibc_needed(Path(d.prefix))
+            glibc = elf.glibc_needed(Path(d.prefix))
             if glibc:
                 depends.append(f"__glibc >={glibc}")
         package.assemble(name=d.name, version=d.version, build_string=d.build_string, build_number=d.build_number,
@@ -314,7 +314,11 @@ class Executor:
         text = (self.layout.next_out() / "manifest.json").read_bytes()  # written by the metapackage step
         out = Path(step.data.dir)
         top = out.name.removesuffix(".tar.zst")
-        package.tar_zst(trees, {manifest.MANIFEST_PATH: text}, out, top)
+        entries = {}
+        for tree in trees:  # two packages never install one path (checked at the metapackage step)
+            entries.update(tarball.tree_entries(tree))
+        entries[manifest.MANIFEST_PATH] = tarball.Entry(data=text)
+        tarball.write(out, top, entries, mtime=int(package.source_date().timestamp()))
 
     def _do_checksums(self, step: Step, progress, task) -> None:
         f = Path(step.data.dir)
@@ -323,7 +327,7 @@ class Executor:
     def _do_publish(self, step: Step, progress, task) -> None:
         src = Path(step.data.dir)
         (src / KEY_FILE).write_text(step.key + "\n")
-        package.replace_dir(src, Path(step.data.to))
+        swap.replace_dir(src, Path(step.data.to))
 
 
 NOTES_FILE = ".onebit-notes.json"  # in a build dir: what its configure reported (kinds' note_output)

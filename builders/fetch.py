@@ -19,7 +19,7 @@ import git
 from .archives import ArchiveError, check_archive_file, extract_tar
 from .config import Mirror, Pin, file_sha256
 from .errors import FetchError
-from .package import replace_dir
+from .swap import replace_dir
 
 Log = Callable[[str], None]
 

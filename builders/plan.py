@@ -13,7 +13,7 @@ from . import companion_steps
 from .config import Pin, Project, Tool, Variant
 from .host import HostFacts, ToolFact, version_ok, wheel_root
 from .kinds import KINDS, KindContext
-from .release import repro
+from . import repro
 from .errors import OnebitError
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, ExtraSource, FetchData, Layout, PackageData,
                          Plan, RecipeTest, SourceData, StageData, Step, ToolchainData, WheelsData, digest)

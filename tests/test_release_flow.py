@@ -10,10 +10,9 @@ import pytest
 from test_lemonade import build_prefix
 from test_release_changes import commit, git
 
-from builders import package
 from builders.errors import OnebitError
 from builders.release import flow, lemonade
-from builders.release.archive import read_tar
+from builders import tarball as tarballs
 
 TAG = "v2026.48"
 MTIME = 1767225600
@@ -40,7 +39,8 @@ def world(tmp_path):
     prefix = build_prefix(tmp_path / "b", ("cpu",))
     (prefix / "bin").mkdir()
     (prefix / "bin/llama-server-cpu").symlink_to("../libexec/onebit/cpu/bin/llama-server")
-    tarball = package.tar_zst([prefix], {}, tmp_path / "onebit-cpu-2026.48-0-linux-64.tar.zst", "onebit-cpu")
+    tarball = tarballs.write(tmp_path / "onebit-cpu-2026.48-0-linux-64.tar.zst", "onebit-cpu",
+                             tarballs.tree_entries(prefix), mtime=0)
     pkg = tmp_path / "onebit-cpu-2026.48-cpu_habc_0.conda"
     pkg.write_bytes(b"conda")
     built = flow.BuiltBundle(name="cpu", tarball=tarball, packages=[pkg], pins=["llama.cpp"],
@@ -64,7 +64,7 @@ def test_release_directory(world, tmp_path):
     sums = dict(reversed(line.split("  ")) for line in (out / "SHA256SUMS").read_text().splitlines())
     assert set(sums) == set(names) - {"SHA256SUMS"}
     assert all(sums[n] == lemonade.sha256(out / n) for n in sums)
-    members = {m.name: (m, data) for m, data in read_tar(out / "1bit-v2026.48-linux-x86_64.tar.zst")}
+    members = {m.name: (m, data) for m, data in tarballs.members(out / "1bit-v2026.48-linux-x86_64.tar.zst")}
     top = "1bit-v2026.48-linux-x86_64"
     assert {n.split("/")[0] for n in members} == {top}
     assert members[f"{top}/LICENSE"][1] == b"Apache-2.0\n" and members[f"{top}/NOTICE"][1] == b"1bit engine\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from builders.release import repro
+from builders import repro
 
 SRC = '#include <stdio.h>\nint main(void) { printf("%s\\n", __FILE__); return 0; }\n'
 

@@ -13,14 +13,13 @@ options (everything else is an error of the recipe, not a cargo flag):
 from __future__ import annotations
 
 from ..plan_types import Command
+from .base import env_items
 
 
 class CargoKind:
     name = "cargo"
 
     def build(self, ctx) -> list[Command]:
-        from . import env_items
-
         options = dict(ctx.options)
         manifest = options.pop("manifest", "Cargo.toml")
         features = options.pop("features", "")

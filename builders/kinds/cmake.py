@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..plan_types import Command
+from .base import env_items
 
 
 def cmake_value(value: object) -> str:
@@ -31,8 +32,6 @@ class CMakeKind:
         return argv
 
     def build(self, ctx) -> list[Command]:
-        from . import env_items
-
         env = env_items(ctx)
         build = ["cmake", "--build", ctx.build, "--parallel", str(ctx.jobs)]
         targets = [t for t in ctx.targets if t != "all"]
@@ -44,8 +43,6 @@ class CMakeKind:
         ]
 
     def install(self, ctx) -> list[Command]:
-        from . import env_items
-
         return [Command(("cmake", "--install", ctx.build), env=env_items(ctx, DESTDIR=ctx.destdir))]
 
 

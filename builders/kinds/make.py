@@ -7,6 +7,7 @@ targets: the make goals (e.g. `cpu`, `cuda`, `rocm`).
 from __future__ import annotations
 
 from ..plan_types import Command
+from .base import env_items
 
 
 def _split(options) -> tuple[list[str], list[str]]:
@@ -22,8 +23,6 @@ class MakeKind:
         return f"{ctx.build}/tree"
 
     def build(self, ctx) -> list[Command]:
-        from . import env_items
-
         _, variables = _split(ctx.options)
         tree = self.tree(ctx)
         env = env_items(ctx)

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 from ..plan_types import Command
+from .base import env_items
 
 
 class ScriptKind:
     name = "script"
 
     def build(self, ctx) -> list[Command]:
-        from . import env_items
-
         env = env_items(ctx)
         return [Command(tuple(ctx.net_cut) + tuple(argv), cwd=ctx.build, env=env) for argv in ctx.commands]
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..plan_types import Command
+from .base import env_items
 
 
 def zig_value(value: object) -> str:
@@ -15,8 +16,6 @@ class ZigKind:
     name = "zig"
 
     def build(self, ctx) -> list[Command]:
-        from . import env_items
-
         options = dict(ctx.options)
         argv = ["zig", "build", *[t for t in ctx.targets if t != "install"]]
         optimize = options.pop("optimize", None)

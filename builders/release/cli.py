@@ -30,7 +30,7 @@ def _built(args, project, name: str, tag: str, *, build: bool):
     """Build one bundle at the tag's version (or read a build left in --from) and describe what it made."""
     import dataclasses
 
-    from ..cli import _refuse, layout_for
+    from ..session import layout_for, refuse
     from ..host import gather
     from ..plan import all_tools, make_plan
     from . import tag as tags
@@ -46,7 +46,7 @@ def _built(args, project, name: str, tag: str, *, build: bool):
     if build:
         from ..execute import Executor
 
-        _refuse(plan)
+        refuse(plan)
         Executor(plan, project, offline=args.offline, console=console).run()
     out = plan.layout.out
     tarballs = sorted(out.glob("*.tar.zst"))
@@ -113,7 +113,7 @@ def _draft_or(client, today, fallback: str) -> str:
 
 
 def layout_cache(args) -> Path:
-    from ..cli import default_cache
+    from ..session import default_cache
 
     return Path(args.cache).resolve() if args.cache else default_cache()
 

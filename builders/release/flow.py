@@ -25,7 +25,8 @@ import yaml
 from ..errors import OnebitError
 from . import changes, lemonade, notes, sbom
 from . import tag as tags
-from .archive import extract_tree, repack
+from .. import tarball
+from ..swap import replace_dir
 
 LICENSE_NAMES = ("LICENSE", "LICENSE.md", "LICENSE.txt", "COPYING", "LICENSE-MIT")
 PLATFORM = "linux-x86_64"
@@ -126,7 +127,7 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
         pins_used: set[str] = set()
         prefixes = {}
         for b in built:  # what each bundle holds: its manifest's pins, its vendored Python distributions
-            prefixes[b.name] = extract_tree(b.tarball, tmp / "prefix" / b.name)
+            prefixes[b.name] = tarball.extract_tree(b.tarball, tmp / "prefix" / b.name)
             dists.update(installed_dists(prefixes[b.name]))
             pins_used.update(manifest_pins(prefixes[b.name]))
         used = sorted(set(used) | (pins_used & set(pins)))
@@ -137,7 +138,9 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             for pkg in b.packages:
                 _place(pkg, rel)
             name = tarball_name(tag, b.name, len(built) > 1)
-            repack(b.tarball, rel / f"{name}.tar.zst", name, lic, mtime=mtime)
+            entries = tarball.tree_entries(prefixes[b.name])  # the bundle's tree, links kept, plus the licenses
+            entries.update({rel: tarball.Entry(src=path, executable=False) for rel, path in lic.items()})
+            tarball.write(rel / f"{name}.tar.zst", name, entries, mtime=mtime)
             prefix = prefixes[b.name]
             for _, backend, archive in lemonade.make_archives(prefix, tmp / "lemonade" / b.name, tag, lic, mtime=mtime,
                                                               params=params):
@@ -167,12 +170,7 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
         (rel / "changes.json").write_text(changes.dumps(doc))
         (rel / "notes.md").write_text(notes.render(doc))
         (rel / "SHA256SUMS").write_text(sha256sums(rel))
-        old = out.with_name(out.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        if out.exists():
-            os.replace(out, old)
-        os.replace(rel, out)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(rel, out)
     files = sorted(p for p in out.iterdir() if p.is_file() and p.name != "SHA256SUMS")
     return files + [out / "SHA256SUMS"]
 

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from ..archives import member_problem
 from ..config import file_sha256 as sha256
 from ..errors import OnebitError
-from .archive import tree_files, write_tar
+from .. import tarball
 
 RECIPE = "llamacpp"
 SERVER = "llama-server"
@@ -77,7 +77,8 @@ def parse_name(name: str) -> Parsed:
 def archive_files(prefix: Path, root: str, licenses: Mapping[str, Path]) -> dict[str, Path]:
     """Pure-ish: the archive's members for one backend: `<root>/bin`, `<root>/lib` and the license files."""
     base = prefix / root
-    files = {**tree_files(base / "bin", "bin"), **tree_files(base / "lib", "lib")}
+    files = {rel: e.src for under in ("bin", "lib")
+             for rel, e in tarball.tree_entries(base / under, under, follow_links=True).items()}
     servers = [rel for rel in files if PurePosixPath(rel).name == SERVER]
     if len(servers) != 1:
         raise OnebitError(f"{base}: a Lemonade archive needs exactly one {SERVER}, found {len(servers)}: {servers}",
@@ -104,7 +105,8 @@ def make_archives(prefix: Path, out: Path, tag: str, licenses: Mapping[str, Path
         for arch in archs if isinstance(archs, list) else [archs]:  # one asset per sm_xx a multi-arch build carries
             name = asset_name(variant, tag, rocm=extra.get("rocm"), cuda_arch=arch)
             top = name.removesuffix(".tar.gz").removesuffix(".tar.xz")
-            path = write_tar(out / name, top, archive_files(prefix, root, licenses), mtime=mtime)
+            files = archive_files(prefix, root, licenses)
+            path = tarball.write(out / name, top, {rel: tarball.Entry(src=src) for rel, src in files.items()}, mtime=mtime)
             made.append((variant, backend, path))
     return made
 

@@ -6,14 +6,14 @@ import re
 from collections.abc import Iterable
 
 from ..errors import OnebitError
+from ..version import week_version
 
 TAG_RE = re.compile(r"^v(?P<year>\d{4})\.(?P<week>\d{2})(?:\.(?P<respin>[1-9]\d*))?$")
 
 
 def week_tag(day: dt.date) -> str:
     """`v` + `date +%G.%V`: the ISO year (which early January may give to the previous year) and zero-padded week."""
-    year, week, _ = day.isocalendar()
-    return f"v{year:04d}.{week:02d}"
+    return "v" + week_version(day)
 
 
 def next_tag(day: dt.date, existing: Iterable[str]) -> str:

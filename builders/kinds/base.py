@@ -1,0 +1,39 @@
+"""What every build kind shares: the context a kind turns into commands, the Protocol, and the environment merge."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol
+
+from ..plan_types import Command
+
+
+@dataclass(frozen=True)
+class KindContext:
+    source: str
+    build: str
+    destdir: str  # the stage root; files land in destdir + prefix
+    prefix: str  # the install prefix the package is built for
+    staged_prefix: str  # destdir + prefix: where the stage step puts files
+    jobs: int
+    build_type: str
+    options: Mapping[str, str]
+    env: Mapping[str, str]
+    targets: tuple[str, ...]
+    commands: tuple[tuple[str, ...], ...] = ()
+    launcher: str | None = None  # ccache
+    net_cut: tuple[str, ...] = ()  # argv prefix that cuts the network
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    build_prefix: str = ""  # for kinds that install as they build (script, zig): an install tree inside the build dir
+
+
+class BuildKind(Protocol):
+    name: str
+
+    def build(self, ctx: KindContext) -> list[Command]: ...
+
+    def install(self, ctx: KindContext) -> list[Command]: ...
+
+
+def env_items(ctx: KindContext, **more: str) -> tuple[tuple[str, str], ...]:
+    merged = {**ctx.env, **ctx.extra_env, **more}
+    return tuple(sorted(merged.items()))

@@ -1,0 +1,71 @@
+"""What every command that works on a bundle shares: where its cache, work and out dirs are, the refusal when the host
+cannot build, and the directory locks. The `1bit-build` front (cli.py) and the release command both use it, so the
+release command registers without importing the front."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+from .errors import OnebitError
+from .plan_types import Layout, Plan
+
+console = Console(stderr=True)
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("ONEBIT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "onebit")
+
+
+def layout_for(args, bundle: str) -> Layout:
+    root = Path(args.root).resolve()
+    work = Path(args.work).resolve() if args.work else root / ".onebit" / "work" / bundle
+    out = Path(args.out).resolve() if args.out else root / ".onebit" / "out" / bundle
+    return Layout(root=root, cache=Path(args.cache).resolve() if args.cache else default_cache(), work=work, out=out)
+
+
+def refuse(plan: Plan, *, tools: bool = True) -> None:
+    problems = []
+    if plan.refusals:
+        problems.append("these recipes use unresolved pins:\n  - " + "\n  - ".join(plan.refusals))
+    if tools and plan.missing:
+        problems.append("missing toolchains:\n  - " + "\n  - ".join(plan.missing))
+    if problems:
+        raise OnebitError(f"cannot build bundle {plan.bundle!r}; nothing was done.\n" + "\n".join(problems),
+                          hint="set the variables above (or install the tools), or build a subset with --only")
+
+
+def _writable_problem(path: Path) -> str | None:
+    """Why this process cannot create or write `path` (checked at its nearest existing ancestor), or None."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"permission denied on {probe}"
+    return None
+
+
+def _dirs(lay: Layout, out: bool) -> list[tuple[Path, str]]:
+    return [(lay.cache, "cache"), (lay.work, "work")] + ([(lay.out, "out")] if out else [])
+
+
+def preflight(lay: Layout, *, out: bool = True) -> None:
+    """Refuse unwritable cache/work/out directories before anything is written."""
+    for d, what in _dirs(lay, out):
+        problem = _writable_problem(d if what != "out" else d.parent)
+        if problem:
+            raise OnebitError(f"cannot write the {what} directory {d}: {problem}",
+                              hint=f"fix its permissions or choose another with --{what}; nothing was changed")
+
+
+def locked(lay: Layout, *, out: bool = True):
+    """Hold the cache, work (and out) locks: a second run on the same directories says so and waits."""
+    from . import lock
+
+    preflight(lay, out=out)
+    return lock.hold_all(_dirs(lay, out), say=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
+
+

@@ -1,0 +1,98 @@
+"""swap: the project's one way to put a finished output in place. A directory is built aside and exchanged with the
+old one in one step (a reader sees the old tree or the new one, never neither, never half); a file is written beside
+its target and renamed over it. Every step, the release, `lemonade install` and the fetch caches use these."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write beside the target and rename into place: a reader sees the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".part")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (renameat2 RENAME_EXCHANGE). False when the host or filesystem cannot."""
+    import ctypes
+    import errno
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    """Swap a finished directory into place so a reader always sees the old tree or the new one, never neither.
+
+    Where `target` exists it is exchanged with `new` in one step (renameat2 RENAME_EXCHANGE); a target that is a
+    symlink is re-pointed atomically; only a host without either falls back to two renames."""
+    new, target = Path(new), Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not os.path.lexists(target):
+        os.rename(new, target)  # rename(2) of a directory onto nothing: atomic
+        return
+    if target.is_symlink():
+        _swap_symlink(new, target)
+        return
+    if _exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)  # `new` now holds the old tree
+        return
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(target, old)
+    os.rename(new, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap_symlink(new: Path, target: Path) -> None:
+    """target -> versioned sibling: move `new` to a fresh sibling, re-point the link with one rename, drop the old."""
+    previous = target.parent / os.readlink(target)
+    versioned = Path(tempfile.mkdtemp(prefix=f".{target.name}.v-", dir=target.parent))
+    os.rename(new, versioned / "tree")
+    link = target.with_name(f".{target.name}.link-{os.getpid()}")
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(os.path.relpath(versioned / "tree", target.parent), link)
+    os.replace(link, target)
+    if previous.name == "tree" and previous.parent.name.startswith(f".{target.name}.v-"):
+        shutil.rmtree(previous.parent, ignore_errors=True)
+
+
+def aside(target: Path) -> Path:
+    """A fresh, empty directory beside `target` (same filesystem, so the swap is a rename), unique per call."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".new", dir=target.parent))
+
+
+@contextmanager
+def building(target: Path) -> Iterator[Path]:
+    """Build a directory aside and swap it into place when the block finishes; on any error (or a kill) the target
+    keeps what it had, and the aside directory is removed."""
+    tmp = aside(target)
+    try:
+        yield tmp
+        replace_dir(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,37 @@
+"""The import graph, drawn from the project's own imports: no import loop, and no import running back up a layer
+(onebit never imports builders; the build side never imports the release or the bot; nothing imports the front)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
+ig = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ig)
+
+
+def test_the_graph_sees_every_kind_of_import(tmp_path):
+    pkg = tmp_path / "builders"
+    (pkg / "release").mkdir(parents=True)
+    (tmp_path / "onebit").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "release" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from .release import b  # inside a function still counts\n")
+    (pkg / "release" / "b.py").write_text("from ..a import f\nimport builders.c\n")
+    (pkg / "c.py").write_text("from . import a\n")
+    (tmp_path / "onebit" / "__init__.py").write_text("")
+    (tmp_path / "onebit" / "x.py").write_text("from builders import c\n")
+    g = ig.graph(tmp_path)
+    assert g["builders.a"] == {"builders.release.b"}
+    assert g["builders.release.b"] == {"builders.a", "builders.c"}
+    assert ig.loops(g) == [["builders.a", "builders.c", "builders.release.b"]]  # a -> b -> c -> a
+    assert ig.climbs(g) == [("builders.a", "builders.release.b"), ("onebit.x", "builders.c")]
+
+
+def test_no_import_loop():
+    assert ig.loops(ig.graph()) == []
+
+
+def test_no_import_runs_back_up():
+    assert ig.climbs(ig.graph()) == []
