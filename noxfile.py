@@ -7,14 +7,68 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import nox
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True  # a missing interpreter fails the run instead of skipping it
 
-PYTHON = "3.11"
+PYTHON = None  # the interpreter running nox (the project needs >= 3.11)
 DEPS = ["-e", ".[build,test]"]
+
+# What the tests need from the host, by Debian package (the same names on Debian 12 and 13). `nox -s tests` installs
+# the missing ones when it runs as root on Debian, and otherwise names them in one line and stops.
+DEBIAN_PACKAGES = {
+    "git": "real git repositories (sources, pins, patches)",
+    "g++": "the llama.cpp builds and the mini projects",
+    "make": "make-based recipes (ds4, the xdna module) and their `make -n` drift checks",
+    "ccache": "compiler cache for the real builds",
+    "util-linux": "unshare, which cuts a build's network",
+    "pkg-config": "finding the Vulkan and SPIR-V headers",
+    "glslc": "ggml-vulkan's shader compiler",
+    "libvulkan-dev": "Vulkan headers and loader",
+    "spirv-headers": "ggml-vulkan's SPIR-V headers",
+    "mesa-vulkan-drivers": "lavapipe: the CPU Vulkan device of the Vulkan end-to-end tests",
+    "xz-utils": "xz archives (Lemonade's CUDA archives)",
+    "ca-certificates": "package downloads through the fetch step",
+}
+
+
+def _cargo_works() -> bool:
+    exe = shutil.which("cargo")
+    return exe is not None and subprocess.run([exe, "--version"], capture_output=True).returncode == 0
+
+
+def missing_debian_packages() -> list[str]:
+    """The Debian packages above that are not installed, plus Debian's cargo when no working cargo is on PATH (the
+    crates vendoring test needs one; a rustup proxy without a default toolchain does not count)."""
+    missing = [p for p in DEBIAN_PACKAGES
+               if "install ok installed" not in subprocess.run(["dpkg-query", "-W", "-f=${Status}", p],
+                                                                capture_output=True, text=True).stdout]
+    if not _cargo_works() and "install ok installed" not in subprocess.run(
+            ["dpkg-query", "-W", "-f=${Status}", "cargo"], capture_output=True, text=True).stdout:
+        missing.append("cargo")
+    return missing
+
+
+def host_packages(session: nox.Session) -> None:
+    """Install (as root) or name what the tests need from the host, before any test runs."""
+    if shutil.which("dpkg-query") is None:
+        session.warn("not a Debian host: the tests need git, a C++ compiler, make, ccache, unshare, pkg-config, glslc, "
+                     "the Vulkan and SPIR-V headers, Mesa's lavapipe and cargo; their absence fails the tests")
+        return
+    missing = missing_debian_packages()
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        session.error(f"the tests need these Debian packages: sudo apt-get install -y {' '.join(missing)}")
+    session.log(f"installing the Debian packages the tests need: {' '.join(missing)}")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    session.run("apt-get", "update", "-q", external=True, env=env)
+    session.run("apt-get", "install", "-y", "-q", "--no-install-recommends", *missing, external=True, env=env)
 
 
 def _build(session: nox.Session, bundle: str) -> None:
@@ -24,9 +78,13 @@ def _build(session: nox.Session, bundle: str) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the test suite. Extra arguments go to pytest (e.g. `nox -s tests -- -m "not e2e"`)."""
+    """Run the test suite. Extra arguments go to pytest (e.g. `nox -s tests -- -m "not e2e"`).
+
+    Installs (as root on Debian) or names the host packages the tests need first; with them guaranteed, a test that
+    finds its toolchain missing fails instead of skipping (ONEBIT_REQUIRE_TOOLCHAINS)."""
+    host_packages(session)
     session.install(*DEPS)
-    session.run("pytest", *(session.posargs or ["-q", "-ra"]))
+    session.run("pytest", *(session.posargs or ["-q", "-ra"]), env={"ONEBIT_REQUIRE_TOOLCHAINS": "1"})
 
 
 @nox.session(python=PYTHON)

@@ -24,6 +24,34 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+def missing_host_tool(why: str):
+    """A host tool a test needs is absent: `nox -s tests` installs every one first (ONEBIT_REQUIRE_TOOLCHAINS), so
+    there it is a failure; a bare `pytest` elsewhere skips with the same one-line reason."""
+    if os.environ.get("ONEBIT_REQUIRE_TOOLCHAINS"):
+        pytest.fail(f"{why} (`nox -s tests` should have installed it)")
+    pytest.skip(why)
+
+
+def working_cargo() -> str | None:
+    """A cargo that runs: the one on PATH, else Debian's. A rustup proxy with no default toolchain does not count."""
+    import subprocess
+
+    for exe in (shutil.which("cargo"), "/usr/bin/cargo"):
+        if exe and Path(exe).is_file() and subprocess.run([exe, "--version"], capture_output=True).returncode == 0:
+            return exe
+    return None
+
+
+@pytest.fixture
+def cargo(monkeypatch) -> str:
+    """The path of a working cargo, first on PATH for the code under test."""
+    exe = working_cargo()
+    if exe is None:
+        missing_host_tool("no working cargo: apt-get install cargo")
+    monkeypatch.setenv("PATH", f"{Path(exe).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return exe
+
+
 @contextmanager
 def live_output(request):
     """Let a long fixture build's progress reach the terminal or CI log (pytest captures it otherwise): the builder's

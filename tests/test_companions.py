@@ -106,8 +106,7 @@ def test_relative_submodule_urls(url, parent, out):
     assert companions.absolute_url(url, parent) == out
 
 
-@pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo is not installed")
-def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch):
+def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch, cargo):
     monkeypatch.setenv("CARGO_HOME", str(tmp_path / "cargo-home"))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
     (tmp_path / "gitconfig").write_text("[protocol \"file\"]\n\tallow = always\n")
@@ -119,7 +118,7 @@ def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch):
     (src / "app" / "Cargo.toml").write_text(f'[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n\n'
                                             f'[dependencies]\ndep = {{ git = "file://{dep}", branch = "main" }}\n')
     (src / "app" / "src" / "lib.rs").write_text("pub fn a() -> u32 { dep::answer() }\n")
-    subprocess.run(["cargo", "generate-lockfile", "--manifest-path", str(src / "app" / "Cargo.toml")], check=True, capture_output=True)
+    subprocess.run([cargo, "generate-lockfile", "--manifest-path", str(src / "app" / "Cargo.toml")], check=True, capture_output=True)
     dest = tmp_path / "cache" / "crates" / "k"
 
     assert companions.vendor_crates(src, "app/Cargo.toml", dest) == "vendored"
@@ -127,7 +126,7 @@ def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch):
     shutil.rmtree(dep)  # the upstream is gone
     shutil.rmtree(tmp_path / "cargo-home")
     assert companions.vendor_crates(src, "app/Cargo.toml", dest, offline=True) == "cache"
-    proc = subprocess.run(["cargo", "build", "--release", "--locked", "--offline", "--config", str(dest / "config.toml"),
+    proc = subprocess.run([cargo, "build", "--release", "--locked", "--offline", "--config", str(dest / "config.toml"),
                            "--manifest-path", str(src / "app" / "Cargo.toml"), "--target-dir", str(tmp_path / "t")],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
