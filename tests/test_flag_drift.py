@@ -9,9 +9,10 @@ import textwrap
 import pytest
 
 from builders.pins import flagdrift, flags
+from builders.pins.__main__ import main
 from builders.pins.flags import CompileLine, Decl, MakeRun, MakeSide, Row
 from builders.plan_types import Command
-from pins_fixtures import Project, Upstream
+from pins_fixtures import FakeAPI, Project, Upstream, git
 
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is part of the build toolchain (apt make)")
 
@@ -494,3 +495,61 @@ def test_make_n_runs_with_the_network_cut_and_a_timeout(tmp_path):
     assert ran.ok and ran.out.strip() == "echo interfaces: lo"  # a fresh namespace has only loopback
     slow = flagdrift.run_make(["make", "-n", "slow"], cwd=tmp_path, env={}, net_cut=cut, paths={}, timeout=1)
     assert slow.rc is None and slow.err == "timed out after 1 s"
+
+
+# ------------------------------------------------------------------------------------------------ through the bot
+
+
+@pytest.fixture
+def api(monkeypatch):
+    fake = FakeAPI()
+    monkeypatch.setenv("ONEBIT_GITHUB_API", fake.url)
+    monkeypatch.setenv("ONEBIT_HF_ENDPOINT", fake.url)
+    monkeypatch.setenv("ONEBIT_BOT_TOKEN", "t0ken")
+    for var in ("GITHUB_TOKEN", "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH", "GITHUB_STEP_SUMMARY",
+                "ONEBIT_PINS_REMOTE", "ONEBIT_PINS_BASE", "HF_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    yield fake
+    fake.close()
+
+
+@needs_make
+def test_the_bot_holds_a_bump_whose_make_target_is_gone(tmp_path, api, capsys):
+    up = Upstream(tmp_path / "antirez" / "dsx")
+    old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
+    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    new = up.commit("rename cpu", {"Makefile": MAKEFILE_OLD.replace("cpu: prog", "native: prog")})
+    before = proj.text()
+    # a local bump does not move a held pin
+    assert main(["--root", str(proj.root), "bump"]) == 1
+    err = capsys.readouterr().err
+    assert "dsx: held:" in err and "make target cpu: gone" in err and proj.text() == before
+    # a PR bump opens the PR with the report, labelled held, and says so
+    assert main(["--root", str(proj.root), "bump", "--open-pr"]) == 1
+    [pr] = api.state.opened()
+    assert pr["title"] == f"Bump dsx to {new[:12]} (held)" and api.state.labels == {1: ["held"]}
+    body = pr["body"]
+    assert "> **Held**: a recipe no longer matches upstream's build at the new commit:" in body
+    assert f"> - dsx: make target cpu: gone at {new[:12]}" in body
+    assert "### Build-flag report" in body and f"| **HOLD** | `make target cpu` | Makefile:10 at {old[:12]} |" in body
+    assert body.index("### Patch report") < body.index("### Build-flag report") < body.index("### Hardware checklist")
+    # the pin guard refuses the held PR until the label is gone
+    git(proj.root, "fetch", "--quiet", "origin")
+    git(proj.root, "checkout", "--quiet", pr["head"]["ref"])
+    assert main(["--root", str(proj.root), "check", "--base", "origin/main", "--label", "held"]) == 1
+    assert "carries the 'held' label" in capsys.readouterr().err
+    assert main(["--root", str(proj.root), "check", "--base", "origin/main"]) == 0
+
+
+@needs_make
+def test_the_bot_proposes_a_matching_bump_with_its_report(tmp_path, api):
+    up = Upstream(tmp_path / "antirez" / "dsx")
+    old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
+    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    new = up.commit("upstream adds -fno-plt", {"Makefile": MAKEFILE_OLD.replace("WARN = -Wall", "WARN = -Wall -fno-plt")})
+    assert main(["--root", str(proj.root), "bump", "--open-pr"]) == 0
+    [pr] = api.state.opened()
+    assert pr["title"] == f"Bump dsx to {new[:12]}" and api.state.labels == {}
+    assert "**Held**" not in pr["body"]
+    assert "| upstream | `-fno-plt` | Makefile:7 | new in upstream's compile lines at" in pr["body"]
+    assert "| override | `-march=native` | Makefile:2 | replaced by the recipe's ARCH_FLAG=-march=x86-64-v3 |" in pr["body"]

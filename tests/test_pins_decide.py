@@ -208,6 +208,18 @@ def test_pr_body_variants():
     assert "tag `rocmfpx-aaaaaaaaaaaa`" in fork and "| huggingface r revision | `" in fork
 
 
+def test_pr_body_build_flag_report_and_hold():
+    plain = decide.render_pr_body(_proposal())
+    assert "### Build-flag report" in plain and "No recipe builds from this pin." in plain and "Held" not in plain
+    held = _proposal(flag_reports=("**ds4-cpu**: `make cpu` at `a` → `b`\n\n| result | ...",),
+                     held=("ds4-cpu: -O3: dropped by our `make cpu` (Makefile:11)",))
+    body = decide.render_pr_body(held)
+    assert held.title == "Bump llama.cpp to b2 (held)"
+    assert body.index("> **Held**") < body.index("| what | old | new |")  # the reason comes first
+    assert "> - ds4-cpu: -O3: dropped by our `make cpu` (Makefile:11)" in body and "`held` label" in body
+    assert body.index("### Patch report") < body.index("**ds4-cpu**: `make cpu`") < body.index("### Hardware checklist")
+
+
 @pytest.mark.parametrize("value, rendered", [
     (A, A), ("v6.18-rc4", "v6.18-rc4"), ("b7000", "b7000"), ("1.0", '"1.0"'), ("true", '"true"'),
     ("null", '"null"'), ("a: b", '"a: b"'), ("#x", '"#x"'), (None, "null"), ("x y", "x y"),
