@@ -79,7 +79,8 @@ pub fn build(b: *std.Build) void {
         "multi-line",
     ) orelse 4;
     const list = b.option([]const []const u8, "extra-libs", "slice types have commas? no, but brackets") orelse &.{};
-    _ = .{ target, optimize, shaders, n, list };
+    const mode = b.option(enum { fast, safe }, "mode", "an inline enum type") orelse .fast;
+    _ = .{ target, optimize, shaders, n, list, mode };
 }
 """
 
@@ -87,7 +88,7 @@ pub fn build(b: *std.Build) void {
 def test_zig_declarations():
     found = flags.zig_declarations(BUILD_ZIG)
     assert {n: d.where for n, d in found.items()} == {
-        "shaders": "build.zig:6", "threads": "build.zig:7", "extra-libs": "build.zig:12",
+        "shaders": "build.zig:6", "threads": "build.zig:7", "extra-libs": "build.zig:12", "mode": "build.zig:13",
         "target": "build.zig:3", "cpu": "build.zig:3", "ofmt": "build.zig:3", "dynamic-linker": "build.zig:3",
         "optimize": "build.zig:4",
     }
@@ -245,6 +246,11 @@ def test_make_target_gone_and_other_failures():
     assert ours_fails[-1].holds and "our invocation fails at new where upstream's succeeds" in ours_fails[-1].detail
     slow = MakeRun(None, "", "timed out after 120 s")
     assert compare(MakeSide(slow, slow, slow)) == [("not compared", "make -n cpu", "")]
+    # failing the same way at both commits is this host (a $(error) on a missing tool), not drift
+    nohip = run(rc=2, err="Makefile:30: *** hipcc not found.  Stop.\n")
+    assert compare(MakeSide(nohip, nohip, nohip), MakeSide(nohip, nohip, nohip)) == [("not compared", "make -n cpu", "")]
+    assert compare(MakeSide(UP, REC, nohip), MakeSide(UP, REC, nohip))[-1] == ("not compared", "make -n cpu", "")
+    assert compare(MakeSide(UP, REC, nohip), MakeSide(UP, REC, REC))[-1] == ("hold", "make -n cpu", "")
 
 
 def test_upstream_changes_between_commits_are_reported_not_held():

@@ -237,7 +237,7 @@ def cmake_declarations(files: Mapping[str, str]) -> dict[str, Decl]:
 
 
 # zig: b.option(T, "name", "description"); the standard options are declared by std.Build itself
-_ZIG_OPTION = re.compile(r"\.option\(\s*(?:[^,()]|\([^()]*\))+?,\s*\"((?:[^\"\\]|\\.)*)\"", re.S)
+_ZIG_OPTION = re.compile(r"\.option\(\s*(?:[^,(){}]|\([^()]*\)|\{[^{}]*\})+?,\s*\"((?:[^\"\\]|\\.)*)\"", re.S)
 _ZIG_STANDARD = {
     "standardTargetOptions": ("target", "cpu", "ofmt", "dynamic-linker"),
     "standardOptimizeOption": ("optimize",),
@@ -697,6 +697,11 @@ def compare_make(inv: Invocation, new: MakeSide, old: MakeSide | None, *, new_fi
     old_c, new_c = commits
     goals = " ".join(inv.goals) or "(default goal)"
     rows: list[Row] = []
+    def same_failure(label: str, run: MakeRun) -> bool:
+        """make fails the same way at the old commit: this host cannot run it (a $(error) on a missing tool), not drift."""
+        before = {"upstream": old.upstream, "recipe": old.recipe, "ours": old.ours}[label] if old is not None else None
+        return before is not None and before.rc is not None and not before.ok and before.problem() == run.problem()
+
     if new.upstream.rc is None:
         return [Row("not compared", f"make -n {goals}", "", f"make did not finish: {new.upstream.err.strip() or 'timed out'}")]
     if not new.upstream.ok:
@@ -705,12 +710,17 @@ def compare_make(inv: Invocation, new: MakeSide, old: MakeSide | None, *, new_fi
             was = find_target(gone, old_files) if old_files else None
             rows.append(Row(HOLD, f"make target {gone}", f"{was} at {old_c}" if was else "",
                             f"gone at {new_c}: {new.upstream.problem()}"))
+        elif same_failure("upstream", new.upstream):
+            rows.append(Row("not compared", f"make -n {goals}", "", f"upstream's invocation fails here at both commits: "
+                            f"{new.upstream.problem()}"))
         else:
             rows.append(Row(HOLD, f"make -n {goals}", "", f"upstream's own invocation fails at {new_c}: {new.upstream.problem()}"))
         return rows
-    for label, run in (("with the recipe's variables", new.recipe), ("our invocation", new.ours)):
+    for key, label, run in (("recipe", "with the recipe's variables", new.recipe), ("ours", "our invocation", new.ours)):
         if run.rc is None:
             return rows + [Row("not compared", f"make -n {goals}", "", f"{label}: make did not finish: {run.err.strip() or 'timed out'}")]
+        if not run.ok and same_failure(key, run):
+            return rows + [Row("not compared", f"make -n {goals}", "", f"{label} fails here at both commits: {run.problem()}")]
         if not run.ok:
             return rows + [Row(HOLD, f"make -n {goals}", "", f"{label} fails at {new_c} where upstream's succeeds: {run.problem()}")]
 
