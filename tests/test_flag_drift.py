@@ -471,13 +471,31 @@ def test_zig_option_renamed_is_held(tmp_path):
     assert ("new option", "spirv", "build.zig:6") in table([rep])  # -Doptimize is std.Build's: still declared
 
 
+def test_the_source_fetches_only_the_build_files_it_needs(tmp_path):
+    up = Upstream(tmp_path / "up")
+    commit = up.commit("tree", {"CMakeLists.txt": "option(A x)\n", "cmake/b.cmake": "", "src/big.c": "x" * 100_000,
+                                "Makefile": "all:\n"})
+    with flagdrift.Source(up.url, None) as src:
+        tree = src.checkout(commit, tmp_path / "sparse", flagdrift.is_build_file)
+        files = sorted(p.relative_to(tree.path).as_posix() for p in tree.path.rglob("*") if p.is_file())
+        assert files == ["CMakeLists.txt", "Makefile", "cmake/b.cmake"]
+        big = git(up.path, "rev-parse", f"{commit}:src/big.c")
+        missing = git(src.scratch.dir, "rev-list", "--objects", "--missing=print", "--no-object-names", commit)
+        assert f"?{big}" in missing.splitlines()  # its blob was never fetched
+        full = src.checkout(commit, tmp_path / "full", None)  # make -n needs every file
+        assert (full.path / "src" / "big.c").read_text() == "x" * 100_000
+
+
 def test_a_recipe_that_cannot_be_compared_says_why(tmp_path):
     up, proj, old = setup(tmp_path, "demo", "schema_version: 1\nname: demo\nsource: {pin: demo}\n", {"CMakeLists.txt": ""})
     new = up.commit("two")
     [rep] = drift(proj, "demo", up, old, new)
     assert not rep.held and rep.rows[0].result == "not compared" and "schema" in rep.rows[0].detail
-    [rep] = flagdrift.flag_reports(proj.root, "demo", up.url, old, "f" * 40, ["demo"])
-    assert rep.rows[0].result == "not compared" and "cannot check out the new commit" in rep.rows[0].detail
+    (proj.root / "recipes" / "demo.yaml").write_text(cmake_recipe("demo", {"DEMO_FAST": "ON"}))
+    [rep] = flagdrift.flag_reports(proj.root, "demo", up.url, old, "f" * 40, ["demo"])  # a commit upstream does not have
+    assert not rep.held and rep.rows[0].result == "not compared" and "cannot check out the new commit" in rep.rows[0].detail
+    [rep] = flagdrift.flag_reports(proj.root, "demo", up.url, "e" * 40, new, ["demo"])  # the old one is gone: new side only
+    assert [r.result for r in rep.rows] == ["info", "info"] and "the old commit cannot be checked out" in rep.rows[-1].detail
 
 
 NET_MAKEFILE = """\

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -59,11 +60,59 @@ class Tree:
         return self.files("make", flags.is_makefile)
 
 
-def _checkout(scratch: gitops.Scratch, url: str, commit: str, dest: Path, where: str | None) -> Tree:
-    scratch.fetch_tree(url, commit, where=where)
-    gitops.git(["worktree", "add", "--quiet", "--detach", str(dest), commit], cwd=scratch.dir,
-               what=f"cannot check out {commit[:12]}", where=where)
-    return Tree(dest, commit)
+def is_build_file(rel: str) -> bool:
+    """What the cmake and zig comparisons read; a make comparison needs the whole tree (make -n checks prerequisites)."""
+    return flags.is_cmake_file(rel) or flags.is_makefile(rel) or rel == "build.zig"
+
+
+class Source:
+    """A scratch bare repository for one upstream: commits and trees at depth 1 without blobs (a partial fetch), then
+    only the blobs a checkout needs, in one fetch. A server that cannot filter sends everything, which works too."""
+
+    def __init__(self, url: str, where: str | None):
+        self.url = url
+        self.where = where
+        self.scratch = gitops.Scratch()
+        for key, value in (("remote.origin.url", url), ("remote.origin.promisor", "true"),
+                           ("remote.origin.partialclonefilter", "blob:none"), ("extensions.partialClone", "origin"),
+                           ("gc.auto", "0"), ("maintenance.auto", "false")):
+            gitops.git(["config", key, value], cwd=self.scratch.dir)
+
+    def __enter__(self) -> "Source":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.scratch.close()
+
+    def _git(self, args: Sequence[str], what: str, input: str | None = None, env: dict | None = None):
+        return gitops.git(["-c", "protocol.version=2", *args], cwd=self.scratch.dir, what=what, where=self.where, input=input, env=env)
+
+    def checkout(self, commit: str, dest: Path, pick: Callable[[str], bool] | None) -> Tree:
+        """`commit` checked out into `dest`: every file, or those `pick` chooses."""
+        self._git(["fetch", "--quiet", "--no-tags", "--depth=1", "--filter=blob:none", "origin", commit],
+                  f"cannot fetch {commit[:12]} from {self.url}")
+        listing = self._git(["ls-tree", "-r", "-z", commit], f"cannot list {commit[:12]}").stdout
+        paths: list[str] = []
+        oids: list[str] = []
+        for entry in filter(None, listing.split("\0")):
+            meta, path = entry.split("\t", 1)
+            _mode, kind, oid = meta.split()
+            if kind == "blob" and (pick is None or pick(path)):
+                paths.append(path)
+                oids.append(oid)
+        # which of them are not here yet (listed as ?oid; --missing=print never fetches them one by one)
+        have = self._git(["rev-list", "--objects", "--missing=print", "--no-object-names", commit], "cannot list objects").stdout
+        missing = {line[1:] for line in have.splitlines() if line.startswith("?")}
+        want = sorted(set(oids) & missing)
+        if want:
+            self._git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--stdin", "origin"],
+                      f"cannot fetch the build files of {commit[:12]} from {self.url}", input="\n".join(want) + "\n")
+        dest.mkdir(parents=True)
+        if paths:
+            env = {"GIT_INDEX_FILE": str(dest.parent / f".{dest.name}.index"), "GIT_LITERAL_PATHSPECS": "1"}
+            self._git(["--work-tree", str(dest), "checkout", "--quiet", commit, "--pathspec-from-file=-", "--pathspec-file-nul"],
+                      f"cannot check out {commit[:12]}", input="\0".join(paths) + "\0", env=env)
+        return Tree(dest, commit)
 
 
 def build_step(project: Project, recipe: Recipe, variant: Variant, pin: str, commit: str, host: HostFacts,
@@ -138,18 +187,36 @@ def option_where(recipe: Recipe, vname: str, key: str) -> str:
     return f"recipes/{recipe.path.name}"
 
 
-def _variant_report(project: Project, recipe: Recipe, vname: str, pin: str, trees: tuple[Tree | None, Tree],
-                    host: HostFacts, tmp: Path, commits: tuple[str, str]) -> VariantReport:
+@dataclass
+class Planned:
+    """One recipe variant as the plan builds it: its build step's calls, or why there is no plan."""
+
+    recipe: Recipe
+    variant: Variant
+    host: HostFacts
+    invs: list = field(default_factory=list)
+    aliases: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def needs_tree(self) -> bool:
+        return any(inv.tool == "make" and inv.directory is not None for inv in self.invs)
+
+
+def _plan(project: Project, recipe: Recipe, vname: str, pin: str, commit: str, host: HostFacts, layout: Layout) -> Planned:
     variant = recipe.variant(vname)
-    layout = Layout(root=project.root, cache=tmp / "plan" / "cache", work=tmp / "plan" / "work", out=tmp / "plan" / "out")
-    span = f"`{commits[0]}` → `{commits[1]}`"
     try:
-        step = build_step(project, recipe, variant, pin, trees[1].commit, host, layout)
+        step = build_step(project, recipe, variant, pin, commit, host, layout)
     except (OnebitError, KeyError) as exc:
-        why = exc.what if isinstance(exc, OnebitError) else f"no build step {exc}"
-        return VariantReport(variant.id, f"**{variant.id}**", (Row("not compared", "plan", "", f"the plan cannot be made: {why}"),))
-    invs = flags.invocations(step.commands, source_dir=step.data.source_dir, net_cut=host.net_cut)
-    aliases = flags.source_aliases(step.commands, step.data.source_dir)
+        return Planned(recipe, variant, host, error=exc.what if isinstance(exc, OnebitError) else f"no build step {exc}")
+    return Planned(recipe, variant, host, flags.invocations(step.commands, source_dir=step.data.source_dir, net_cut=host.net_cut),
+                   flags.source_aliases(step.commands, step.data.source_dir))
+
+
+def _variant_report(p: Planned, trees: tuple[Tree | None, Tree], layout: Layout, commits: tuple[str, str]) -> VariantReport:
+    variant, recipe, host = p.variant, p.recipe, p.host
+    if p.error:
+        return VariantReport(variant.id, f"**{variant.id}**", (Row("not compared", "plan", "", f"the plan cannot be made: {p.error}"),))
     old_tree, new_tree = trees
     paths = {str(new_tree.path): "<src>", str(layout.work): "<work>", str(layout.cache): "<cache>", host.home: "~"}
     if old_tree is not None:
@@ -157,11 +224,11 @@ def _variant_report(project: Project, recipe: Recipe, vname: str, pin: str, tree
     rows: list[Row] = []
     labels: list[str] = []
     for tool, decls in (("cmake", lambda t: t.cmake()), ("zig", lambda t: t.zig())):
-        ours = [d for inv in invs if inv.tool == tool for d in inv.defines]
-        if any(inv.tool == tool for inv in invs):
+        ours = [d for inv in p.invs if inv.tool == tool for d in inv.defines]
+        if any(inv.tool == tool for inv in p.invs):
             labels.append(f"{tool} -D options ({len({n for n, _ in ours if not (tool == 'cmake' and flags.CMAKE_OWN.match(n))})})")
             rows += flags.compare_options(tool, ours, decls(old_tree) if old_tree else None, decls(new_tree), commits=commits)
-    for inv in (i for i in invs if i.tool == "make"):
+    for inv in (i for i in p.invs if i.tool == "make"):
         labels.append(f"`{inv.label()}`")
         if inv.directory is None:
             rows.append(Row("info", inv.label(), "", f"runs in {flags.redact(inv.plan_dir, paths)}, outside the source tree "
@@ -169,11 +236,11 @@ def _variant_report(project: Project, recipe: Recipe, vname: str, pin: str, tree
         elif not shutil.which("make"):
             rows.append(Row("not compared", inv.label(), "", "make is not installed where the bot runs"))
         else:
-            rows += _make_rows(inv, variant, recipe, trees, aliases, host, paths, commits)
-    if not invs:
+            rows += _make_rows(inv, variant, recipe, trees, p.aliases, host, paths, commits)
+    if not p.invs:
         rows.append(Row("not compared", variant.kind, "", f"the build step has no cmake, zig or make call (a {variant.kind} build)"))
-    cut = "" if host.net_cut else "; this host cannot cut the network for make -n"
-    how = f"**{variant.id}**: {', '.join(labels) or variant.kind} at {span}{cut}"
+    cut = "" if host.net_cut or not p.needs_tree else "; this host cannot cut the network for make -n"
+    how = f"**{variant.id}**: {', '.join(labels) or variant.kind} at `{commits[0]}` → `{commits[1]}`{cut}"
     return VariantReport(variant.id, how, tuple(rows))
 
 
@@ -185,29 +252,36 @@ def flag_reports(root: Path, pin: str, url: str, old: str | None, new: str, reci
         return []
     project = load_project(root, strict=False)
     commits = ((old or "unresolved")[:12], new[:12])
-    out: list[VariantReport] = []
-    with tempfile.TemporaryDirectory(prefix="onebit-flags-") as tmp_name, gitops.Scratch() as scratch:
+    with tempfile.TemporaryDirectory(prefix="onebit-flags-") as tmp_name:
         tmp = Path(tmp_name)
-        try:
-            new_tree = _checkout(scratch, url, new, tmp / "new", where)
-        except OnebitError as exc:
-            return [VariantReport(r, f"**{r}**", (Row("not compared", new[:12], "", f"cannot check out the new commit: {exc.what}"),))
-                    for r in recipes]
-        old_tree = None
-        note = None
-        if old and old != new:
-            try:
-                old_tree = _checkout(scratch, url, old, tmp / "old", where)
-            except OnebitError as exc:
-                note = Row("info", old[:12], "", f"the old commit cannot be checked out ({exc.what}): new-side checks only")
+        layout = Layout(root=project.root, cache=tmp / "plan" / "cache", work=tmp / "plan" / "work", out=tmp / "plan" / "out")
+        items: list[Planned | VariantReport] = []
         for name in recipes:
             recipe = project.recipes.get(name)
             if recipe is None:
-                out.append(VariantReport(name, f"**{name}**", (Row("not compared", f"recipes/{name}.yaml", "",
-                                                                   "the recipe does not pass its schema (`1bit-build validate`)"),)))
+                items.append(VariantReport(name, f"**{name}**", (Row("not compared", f"recipes/{name}.yaml", "",
+                                                                     "the recipe does not pass its schema (`1bit-build validate`)"),)))
                 continue
             host = gather([t for v in recipe.variant_names() for t in recipe.variant(v).toolchain])
-            for vname in recipe.variant_names():
-                rep = _variant_report(project, recipe, vname, pin, (old_tree, new_tree), host, tmp, commits)
-                out.append(dataclasses.replace(rep, rows=rep.rows + ((note,) if note else ())))
-    return out
+            items += [_plan(project, recipe, v, pin, new, host, layout) for v in recipe.variant_names()]
+        planned = [i for i in items if isinstance(i, Planned)]
+        if not planned:
+            return [i for i in items if isinstance(i, VariantReport)]
+        pick = None if any(p.needs_tree for p in planned) else is_build_file
+        with Source(url, where) as src:
+            try:
+                new_tree = src.checkout(new, tmp / "new", pick)
+            except OnebitError as exc:
+                row = Row("not compared", new[:12], "", f"cannot check out the new commit: {exc.what}")
+                return [i if isinstance(i, VariantReport) else VariantReport(i.variant.id, f"**{i.variant.id}**", (row,)) for i in items]
+            old_tree, note = None, ()
+            if old and old != new:
+                try:
+                    old_tree = src.checkout(old, tmp / "old", pick)
+                except OnebitError as exc:
+                    note = (Row("info", old[:12], "", f"the old commit cannot be checked out ({exc.what}): new-side checks only"),)
+            out = []
+            for i in items:
+                rep = i if isinstance(i, VariantReport) else _variant_report(i, (old_tree, new_tree), layout, commits)
+                out.append(dataclasses.replace(rep, rows=rep.rows + note) if isinstance(i, Planned) else rep)
+            return out
