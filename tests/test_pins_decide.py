@@ -30,6 +30,22 @@ A, B, C = "a" * 40, "b" * 40, "c" * 40
     ("v1.0", "v1.0-post1"),
     ("v0.20.3", "v0.23.2"),
     ("nightly", "v0.1"),
+    # packaging.version reads what follows the prefix (PEP 440)
+    ("v1.0.dev1", "v1.0a1"),
+    ("v2.0.0-alpha", "v2.0.0-alpha.1"),
+    ("release-1.9", "release-1.10"),
+    ("llvmorg-17.0.6", "llvmorg-18.1.0-rc1"),
+    ("v1.0-1", "v1.0-2"),  # implicit post releases
+    ("v1.0.post1", "v1.0.post2"),
+    ("v1.0c1", "v1.0"),
+    ("v1.0-rc1", "v1.0-preview2"),  # PEP 440 spells preview as rc
+    ("v09", "v10"),
+    ("v1.0", "v1.0+local"),
+    # a suffix packaging cannot read sorts after its release's final, before the next release
+    ("v1.0", "v1.0-foo"),
+    ("v1.0-foo", "v1.0.1"),
+    ("v7.3", "v7.3-rc4-dirty"),
+    ("alpha", "beta"),  # no number at all: natural order among themselves, before any version
 ])
 def test_version_order(lower, higher):
     assert version_key(lower) < version_key(higher)
@@ -37,6 +53,13 @@ def test_version_order(lower, higher):
 
 def test_trailing_zeros_compare_equal_release():
     assert version_key("v7.3")[:3] == version_key("v7.3.0")[:3]
+
+
+def test_version_key_is_a_packaging_version():
+    from packaging.version import Version
+
+    assert version_key("v7.3-rc4")[1] == Version("7.3rc4") and version_key("b7000")[1] == Version("7000")
+    assert newest_tag(["v6.18-rc4", "v6.18", "v6.17.9"], r"v[\d.]+(-rc\d+)?") == "v6.18"
 
 
 LINUX = r"^v(\d+)\.(\d+)(-rc\d+)?$"
@@ -183,6 +206,18 @@ def test_pr_body_variants():
     fork = decide.render_pr_body(_proposal(policy="fork-rebase", kept_tag="rocmfpx-aaaaaaaaaaaa",
                                            companions=(("huggingface r revision", A, B),)))
     assert "tag `rocmfpx-aaaaaaaaaaaa`" in fork and "| huggingface r revision | `" in fork
+
+
+def test_pr_body_build_flag_report_and_hold():
+    plain = decide.render_pr_body(_proposal())
+    assert "### Build-flag report" in plain and "No recipe builds from this pin." in plain and "Held" not in plain
+    held = _proposal(flag_reports=("**ds4-cpu**: `make cpu` at `a` → `b`\n\n| result | ...",),
+                     held=("ds4-cpu: -O3: dropped by our `make cpu` (Makefile:11)",))
+    body = decide.render_pr_body(held)
+    assert held.title == "Bump llama.cpp to b2 (held)"
+    assert body.index("> **Held**") < body.index("| what | old | new |")  # the reason comes first
+    assert "> - ds4-cpu: -O3: dropped by our `make cpu` (Makefile:11)" in body and "`held` label" in body
+    assert body.index("### Patch report") < body.index("**ds4-cpu**: `make cpu`") < body.index("### Hardware checklist")
 
 
 @pytest.mark.parametrize("value, rendered", [

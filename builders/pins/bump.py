@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from .. import yamlio
 from ..config import Pin, Recipe, load_pins
 from ..errors import OnebitError, ValidationError
-from . import decide, gitops
+from . import decide, flagdrift, flags, gitops
 from .decide import Edit, Move, Proposal, Verdict
 from .edit import edit_pins, write_atomic
 from .http import GitHub, HuggingFace
@@ -35,14 +35,14 @@ class Options:
 @dataclass
 class Outcome:
     pin: str
-    state: str  # current | proposed | edited | would-propose | already-proposed | refused | conflict | error
+    state: str  # current | proposed | edited | would-propose | already-proposed | held | refused | conflict | error
     detail: str = ""
     proposal: Proposal | None = None
     url: str | None = None
 
     @property
     def failed(self) -> bool:
-        return self.state in ("refused", "conflict", "error")
+        return self.state in ("held", "refused", "conflict", "error")
 
 
 @dataclass
@@ -212,6 +212,18 @@ def _patch_reports(ctx: Context, name: str, pin: Pin, url: str, commit: str) -> 
     return tuple(reports), tuple(checklist)
 
 
+def _flag_reports(ctx: Context, name: str, pin: Pin, url: str, old: str | None, new: str) -> list[flags.VariantReport]:
+    """Each recipe variant that builds from `name` (its main source) against upstream's build at `new` (builders/pins/flags.py)."""
+    recipes = [r.name for r, main in recipes_for(ctx.root, name) if main]
+    if not recipes:
+        return []
+    ctx.log(f"{name}: comparing the build flags of {', '.join(recipes)} with upstream's at {new[:12]}")
+    try:
+        return flagdrift.flag_reports(ctx.root, name, url, old, new, recipes, where=pin.where)
+    except OnebitError as exc:  # the project itself cannot be read: say so in the PR, the bump is not held for it
+        return [flags.VariantReport(r, f"**{r}**", (flags.Row("not compared", r, "", exc.what),)) for r in recipes]
+
+
 def plan_pin(ctx: Context, name: str, opts: Options, *, push_forks: bool, proposed: Callable[[str], str | None]) -> Outcome:
     """Resolve, guard and describe the move of one pin (with its tested-pair partner). Effects: fork push only."""
     pins = ctx.pins
@@ -307,14 +319,17 @@ def plan_pin(ctx: Context, name: str, opts: Options, *, push_forks: bool, propos
     comp_edits, comp_shown = ([], []) if new == pin.commit else _companions(ctx, name, pin)
     edits += comp_edits
     reports, checklist = _patch_reports(ctx, name, pin, source_url, new) if new != pin.commit else ((), ())
+    drift = _flag_reports(ctx, name, pin, source_url, pin.commit, new) if new != pin.commit else []
     if partner and partner_new != pins[partner].commit:
         p_reports, p_check = _patch_reports(ctx, partner, pins[partner], pins[partner].url, partner_new)
         reports, checklist = reports + p_reports, checklist + p_check
+        drift += _flag_reports(ctx, partner, pins[partner], pins[partner].url, pins[partner].commit, partner_new)
     proposal = Proposal(
         pin=name, policy=pin.policy, moves=tuple(moves), branch=branch, release_notes=notes,
         release_url=t.notes_url, patch_reports=reports, checklist=checklist, companions=tuple(comp_shown),
         kept_tag=kept_tag, rollback_reason=opts.reason if not worst.forward and worst is not Verdict.IDENTICAL else None,
-        verdict=worst, edits=tuple(edits),
+        verdict=worst, edits=tuple(edits), flag_reports=tuple(flags.render_markdown(r) for r in drift),
+        held=tuple(flags.hold_reasons(drift)),
     )
     return Outcome(name, "planned", proposal=proposal)
 
@@ -368,6 +383,8 @@ def _commit_message(p: Proposal) -> str:
         lines.append(f"{m.label}: {decide.short(m.old)} -> {decide.short(m.new)}")
     if p.rollback_reason:
         lines += ["", f"Rollback: {p.rollback_reason}"]
+    if p.held:
+        lines += ["", "Held: a recipe no longer matches upstream's build:"] + [f"- {r}" for r in p.held]
     return "\n".join(lines) + "\n"
 
 
@@ -445,16 +462,20 @@ def _deliver(ctx: Context, out: Outcome, opts: Options, repo: Repo | None, slug:
         new_text = edit_pins(head_text, p.edits, where=ctx.pins_path)  # verifies the edit even for --dry-run
     except OnebitError as exc:
         return Outcome(out.pin, "error", str(exc), p)
+    why = "held: " + "; ".join(p.held) if p.held else ""
     if opts.dry_run:
-        return Outcome(out.pin, "would-propose", f"{p.title} on {p.branch}", p)
+        return Outcome(out.pin, "held", f"would propose {p.title} on {p.branch}, {why}", p) if p.held else \
+            Outcome(out.pin, "would-propose", f"{p.title} on {p.branch}", p)
     if not opts.open_pr:
-        return Outcome(out.pin, "edited", p.title, p)
+        return Outcome(out.pin, "held", f"{p.title}: pins.yaml is not edited, {why}", p) if p.held else \
+            Outcome(out.pin, "edited", p.title, p)
     try:
         repo.commit_and_push(new_text, _commit_message(p), p.branch)
         body = decide.render_pr_body(p)
         pr = ctx.github.create_pull(slug, title=p.title, head=p.branch, base=base, body=body)
-        if p.rollback_reason:
-            ctx.github.add_labels(slug, pr["number"], [decide.ROLLBACK_LABEL])
+        labels = [decide.ROLLBACK_LABEL] * bool(p.rollback_reason) + [decide.HELD_LABEL] * bool(p.held)
+        if labels:
+            ctx.github.add_labels(slug, pr["number"], labels)
         for old in ctx.github.pulls(slug, state="open"):
             ref = (old.get("head") or {}).get("ref", "")
             if old["number"] != pr["number"] and decide.is_branch_of(out.pin, ref):
@@ -462,4 +483,6 @@ def _deliver(ctx: Context, out: Outcome, opts: Options, repo: Repo | None, slug:
                 ctx.github.close_pull(slug, old["number"])
     except OnebitError as exc:
         return Outcome(out.pin, "error", str(exc), p)
+    if p.held:
+        return Outcome(out.pin, "held", f"PR #{pr['number']} (label {decide.HELD_LABEL}): {p.title}, {why}", p, pr.get("html_url"))
     return Outcome(out.pin, "proposed", f"PR #{pr['number']}: {p.title}", p, pr.get("html_url"))

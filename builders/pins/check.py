@@ -1,4 +1,5 @@
-"""`pins check --base REF`: fail a change in which a pin moved backwards or sideways, unless labelled rollback."""
+"""`pins check --base REF`: fail a change in which a pin moved backwards or sideways, unless labelled rollback; and
+fail a bump the bot held (labelled held) until a person has fixed the recipe and removed the label."""
 from __future__ import annotations
 
 import json
@@ -73,7 +74,7 @@ def _judge(change: decide.Change, new_pin: dict) -> Finding:
 
 
 def check(root: Path, base: str, labels: Sequence[str] = ()) -> tuple[list[Finding], bool]:
-    """The findings, and whether the change passes (every move forward, or a rollback label)."""
+    """The findings, and whether the change passes (every move forward, or a rollback label; never a held label)."""
     root = Path(root)
     old_text = base_text(root, base)
     pins, _ = load(root)  # the working file must be valid
@@ -86,4 +87,4 @@ def check(root: Path, base: str, labels: Sequence[str] = ()) -> tuple[list[Findi
     new = yamlio.load(root / "pins.yaml").data
     findings = [_judge(c, new["pins"].get(c.pin) or {}) for c in decide.pin_changes(old.get("pins") or {}, new["pins"])]
     rollback = decide.ROLLBACK_LABEL in labels
-    return findings, all(f.ok for f in findings) or rollback
+    return findings, (all(f.ok for f in findings) or rollback) and decide.HELD_LABEL not in labels

@@ -137,9 +137,14 @@ def cmd_check(args) -> int:
     if bad and ok:
         console.print(f"{len(bad)} backwards/sideways move(s) allowed by the '{checkmod.decide.ROLLBACK_LABEL}' label")
     if not ok:
-        for f in bad:
-            print(f"error: pins.{f.pin}.{f.field} moved {f.verdict}: {(f.old or '')[:12]} -> {(f.new or '')[:12]} {f.detail}".rstrip(),
-                  file=sys.stderr)
-        print("  hint: a pin must descend from its old commit; if the move is intended, label the PR 'rollback'", file=sys.stderr)
+        if bad and checkmod.decide.ROLLBACK_LABEL not in labels:
+            for f in bad:
+                print(f"error: pins.{f.pin}.{f.field} moved {f.verdict}: {(f.old or '')[:12]} -> {(f.new or '')[:12]} {f.detail}".rstrip(),
+                      file=sys.stderr)
+            print("  hint: a pin must descend from its old commit; if the move is intended, label the PR 'rollback'", file=sys.stderr)
+        if checkmod.decide.HELD_LABEL in labels:
+            print(f"error: this change carries the '{checkmod.decide.HELD_LABEL}' label: the pin bot found that a recipe no "
+                  "longer matches upstream's build at the new commit (the PR body's build-flag report says where)", file=sys.stderr)
+            print("  hint: fix the recipe on this branch, then remove the label", file=sys.stderr)
         return 1
     return 0

@@ -14,6 +14,7 @@ import yaml
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 ROLLBACK_LABEL = "rollback"
+HELD_LABEL = "held"  # a bump whose recipe no longer matches upstream's build (see the build-flag report)
 BRANCH_PREFIX = "bump/"
 MARKER = "<!-- onebit-pins"
 NOTES_LIMIT = 20_000
@@ -262,6 +263,8 @@ class Proposal:
     rollback_reason: str | None = None
     verdict: Verdict = Verdict.AHEAD
     edits: tuple[Edit, ...] = field(default=(), compare=False)
+    flag_reports: tuple[str, ...] = ()  # one markdown block per recipe variant (builders/pins/flags.py)
+    held: tuple[str, ...] = ()  # why the bump is held: recipe, option/flag, upstream file:line
 
     @property
     def new(self) -> str:
@@ -273,7 +276,7 @@ class Proposal:
         target = m.new_tag or short(m.new)
         extra = f" (+{', '.join(x.label for x in self.moves[1:])})" if len(self.moves) > 1 else ""
         prefix = "Rollback" if self.rollback_reason else "Bump"
-        return f"{prefix} {self.pin} to {target}{extra}"
+        return f"{prefix} {self.pin} to {target}{extra}" + (" (held)" if self.held else "")
 
 
 def _commit_ref(sha: str | None, tag: str | None) -> str:
@@ -286,6 +289,11 @@ def render_pr_body(p: Proposal) -> str:
     lines = [f"Automated pin bump for **{p.pin}** (policy `{p.policy}`).", ""]
     if p.rollback_reason:
         lines += [f"> **Rollback** ({p.verdict.value}): {p.rollback_reason}", ">", "> This PR carries the `rollback` label so the pin guard lets it pass.", ""]
+    if p.held:
+        lines += ["> **Held**: a recipe no longer matches upstream's build at the new commit:"]
+        lines += [f"> - {reason}" for reason in p.held]
+        lines += [">", f"> This PR carries the `{HELD_LABEL}` label, which the pin guard refuses. Fix the recipe on this branch "
+                  "(the build-flag report below has the details), then remove the label.", ""]
     lines += ["| what | old | new | commits | compare |", "|---|---|---|---|---|"]
     for m in p.moves:
         count = "?" if m.count is None else str(m.count)
@@ -313,6 +321,14 @@ def render_pr_body(p: Proposal) -> str:
             lines += [f"**{recipe}**", "", md, ""]
     else:
         lines += ["No recipe carries patch files for this pin.", ""]
+    lines += ["### Build-flag report", ""]
+    if p.flag_reports:
+        lines += ["Each recipe that builds from this pin, against upstream's own build at the new commit "
+                  "(docs/pins.md: what is compared, and what holds a bump).", ""]
+        for md in p.flag_reports:
+            lines += [md, ""]
+    else:
+        lines += ["No recipe builds from this pin.", ""]
     lines += ["### Hardware checklist", "", "CI has no GPU: run these on a Strix Halo box before merging.", ""]
     commands = [(r, c) for r, cmds in p.checklist for c in cmds]
     if commands:

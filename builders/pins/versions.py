@@ -1,45 +1,39 @@
-"""Natural version order for tag names, without `packaging`: v7.3-rc4 < v7.3 < v7.3.1 < b7000 style tags."""
+"""Version order for tag names, by `packaging.version`: v7.3-rc4 < v7.3 < v7.3.1, b6999 < b7000.
+
+A tag is a prefix (v, b, release-, llvmorg-, ...) and a version from its first digit on. That version is what
+`packaging.version.Version` reads (PEP 440, which already knows alpha/beta/preview/pre/rc/c pre-releases, post and
+dev releases, `-` and `.` separators and trailing zeros). What it cannot read keeps its release number and sorts
+after that release's final, its suffix compared naturally (v1.0 < v1.0-foo).
+"""
 from __future__ import annotations
 
 import re
 from typing import Iterable, Mapping
 
-_RELEASE = re.compile(r"(?P<num>\d+(?:\.\d+)*)")
-_PRE = re.compile(r"^[-._]?(?P<kind>alpha|beta|preview|pre|rc|a|b|c)[-._]?(?P<n>\d*)$", re.I)
-_PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "pre": 2, "preview": 2, "c": 3, "rc": 3}
+from packaging.version import InvalidVersion, Version
+
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
+_NONE = Version("0")
 
 
 def _tokens(text: str) -> tuple:
     """Natural-sort tokens: digits compare as numbers, letters as lower-case text; numbers sort after text."""
-    out = []
-    for part in re.findall(r"\d+|[A-Za-z]+", text):
-        out.append((1, int(part), "") if part.isdigit() else (0, 0, part.lower()))
-    return tuple(out)
+    return tuple((1, int(p), "") if p.isdigit() else (0, 0, p.lower()) for p in re.findall(r"\d+|[A-Za-z]+", text))
 
 
 def version_key(tag: str) -> tuple:
-    """A sort key for a tag name.
+    """A sort key for a tag name: (has a number, Version, suffix, tag).
 
-    The first run of dotted numbers is the release (trailing zeros ignored, so v7.3 == v7.3.0); what follows
-    decides the rest: a pre-release marker (alpha/beta/pre/rc with an optional number) sorts before the final,
-    the final sorts before any other suffix (v1.0-post1, v1.0-1). Tags with no number sort first.
+    Tags with no number sort first (naturally among themselves); the tag itself breaks ties last, so v7.3 and
+    v7.3.0 compare equal on everything but their spelling.
     """
     m = _RELEASE.search(tag)
     if not m:
-        return ((), -1, _tokens(tag), tag)
-    release = [int(x) for x in m.group("num").split(".")]
-    while len(release) > 1 and release[-1] == 0:
-        release.pop()
-    rest = tag[m.end():]
-    if not rest:
-        phase = (1, 0, 0, ())
-    else:
-        pre = _PRE.match(rest)
-        if pre:
-            phase = (0, _PRE_RANK[pre.group("kind").lower()], int(pre.group("n") or 0), ())
-        else:
-            phase = (2, 0, 0, _tokens(rest))
-    return (tuple(release), phase[0], phase[1:], tag)
+        return (0, _NONE, (1, _tokens(tag)), tag)
+    try:
+        return (1, Version(tag[m.start():]), (0,), tag)
+    except InvalidVersion:
+        return (1, Version(m.group(0)), (1, _tokens(tag[m.end():])), tag)
 
 
 def newest_tag(tags: Mapping[str, str] | Iterable[str], pattern: str) -> str | None:

@@ -1,0 +1,579 @@
+"""Build-flag drift in every pin bump: the parsers and comparisons as tables, then the whole check on real local git
+repositories whose real Makefile / CMakeLists.txt / build.zig change between two commits (real `make -n`; zig is
+only parsed), and through the bot (`pins bump`, `pins check`) against the fake GitHub API."""
+from __future__ import annotations
+
+import shutil
+import textwrap
+
+import pytest
+
+from builders.pins import flagdrift, flags
+from builders.pins.__main__ import main
+from builders.pins.flags import CompileLine, Decl, MakeRun, MakeSide, Row
+from builders.plan_types import Command
+from pins_fixtures import FakeAPI, Project, Upstream, git
+
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is part of the build toolchain (apt make)")
+
+# ------------------------------------------------------------------------------------------------ cmake parser
+
+
+CMAKE = """\
+cmake_minimum_required(VERSION 3.16)
+project(demo C)
+# option(COMMENTED "a comment is not a declaration" ON)
+#[[ option(BRACKET_COMMENTED "nor is a bracket comment" ON) ]]
+option(DEMO_FAST "fast path" ON)
+OPTION (DEMO_UPPER "commands are case-insensitive")
+set(DEMO_LEVEL 3 CACHE STRING
+    "multi-line, with (nested) parentheses")
+set(DEMO_PLAIN 1)
+set(DEMO_QUOTED "CACHE" "not the keyword")
+set(DEMO_INTERNAL 1 CACHE INTERNAL "")
+set(${PROJECT_NAME}_COMPUTED ON CACHE BOOL "computed names are skipped")
+cmake_dependent_option(DEMO_DEP "dep" ON "DEMO_FAST" OFF)
+message(STATUS [=[a bracket argument with ) inside]=])
+if(DEMO_FAST)
+  set(DEMO_LATE "x" CACHE PATH "declared after a bracket argument")
+endif()
+"""
+
+
+def test_cmake_commands_and_their_lines():
+    cmds = flags.cmake_commands(CMAKE)
+    names = [c.name for c in cmds]
+    assert names[:4] == ["cmake_minimum_required", "project", "option", "option"]
+    level = next(c for c in cmds if c.args and c.args[0] == "DEMO_LEVEL")
+    assert level.line == 7 and level.args == ("DEMO_LEVEL", "3", "CACHE", "STRING", "multi-line, with (nested) parentheses")
+    msg = next(c for c in cmds if c.name == "message")
+    assert msg.args == ("STATUS", "a bracket argument with ) inside")
+
+
+def test_cmake_declarations_name_file_and_line():
+    found = flags.cmake_declarations({"CMakeLists.txt": CMAKE, "cmake/more.cmake": 'set(DEMO_MORE ON CACHE BOOL "x")\n',
+                                      "docs/notes.txt": "option(NOT_CMAKE x)\n", "sub/CMakeLists.txt": "option(DEMO_FAST x)\n"})
+    assert {n: d.where for n, d in found.items()} == {
+        "DEMO_FAST": "CMakeLists.txt:5",  # the top-level file wins over sub/
+        "DEMO_UPPER": "CMakeLists.txt:6",
+        "DEMO_LEVEL": "CMakeLists.txt:7",
+        "DEMO_DEP": "CMakeLists.txt:13",
+        "DEMO_LATE": "CMakeLists.txt:16",
+        "DEMO_MORE": "cmake/more.cmake:1",
+    }
+
+
+# ------------------------------------------------------------------------------------------------ zig parser
+
+
+BUILD_ZIG = """\
+const std = @import("std");
+pub fn build(b: *std.Build) void {
+    const target = b.standardTargetOptions(.{});
+    const optimize = b.standardOptimizeOption(.{});
+    // const old = b.option(bool, "commented", "a comment is not an option");
+    const shaders = b.option(bool, "shaders", "Compile shaders // not a comment inside a string") orelse true;
+    const n = b.option(
+        u32,
+        "threads",
+        "multi-line",
+    ) orelse 4;
+    const list = b.option([]const []const u8, "extra-libs", "slice types have commas? no, but brackets") orelse &.{};
+    const mode = b.option(enum { fast, safe }, "mode", "an inline enum type") orelse .fast;
+    _ = .{ target, optimize, shaders, n, list, mode };
+}
+"""
+
+
+def test_zig_declarations():
+    found = flags.zig_declarations(BUILD_ZIG)
+    assert {n: d.where for n, d in found.items()} == {
+        "shaders": "build.zig:6", "threads": "build.zig:7", "extra-libs": "build.zig:12", "mode": "build.zig:13",
+        "target": "build.zig:3", "cpu": "build.zig:3", "ofmt": "build.zig:3", "dynamic-linker": "build.zig:3",
+        "optimize": "build.zig:4",
+    }
+
+
+# ------------------------------------------------------------------------------------------------ our invocation
+
+
+CUT = ("unshare", "--net", "--")
+
+
+def test_invocations_from_a_build_steps_commands():
+    cmds = [
+        Command(("rm", "-rf", "/w/build/ds4/tree")),
+        Command(("cp", "-a", "/w/src/ds4@abc/.", "/w/build/ds4/tree")),
+        Command(CUT + ("make", "-C", "/w/build/ds4/tree", "-j16", "cpu", "NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS="),
+                env=(("CFLAGS", "-ffile-prefix-map=/w=/x"),)),
+        Command(CUT + ("cmake", "-S", "/w/src/ds4@abc", "-B", "/w/b", "-DCMAKE_BUILD_TYPE=Release", "-D", "FOO:BOOL=ON", "-DBAR")),
+        Command(CUT + ("cmake", "--build", "/w/b", "--parallel", "16")),
+        Command(CUT + ("make", "-C", "/w/b/xdna", "-j2")),
+        Command(("zig", "build", "-Doptimize=ReleaseFast", "-Dshaders=true", "--prefix", "/w/p"), cwd="/w/src/ds4@abc"),
+    ]
+    invs = flags.invocations(cmds, source_dir="/w/src/ds4@abc", net_cut=CUT)
+    assert [i.tool for i in invs] == ["make", "cmake", "make", "zig"]
+    make, cmake, generated, zig = invs
+    assert (make.directory, make.goals, make.variables) == (".", ("cpu",), ("NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS="))
+    assert make.env == (("CFLAGS", "-ffile-prefix-map=/w=/x"),) and make.label() == "make cpu"
+    assert cmake.defines == (("CMAKE_BUILD_TYPE", "Release"), ("FOO", "ON"), ("BAR", ""))
+    assert generated.directory is None and generated.plan_dir == "/w/b/xdna"  # CMake's generated tree: not upstream's Makefile
+    assert zig.defines == (("optimize", "ReleaseFast"), ("shaders", "true"))
+
+
+@pytest.mark.parametrize("argv, cwd, expected", [
+    (["make", "cpu"], "/s", (".", None, ("cpu",), (), ())),
+    (["make", "-C", "sub", "-f", "GNUmakefile", "all", "X=1"], "/s", ("sub", "GNUmakefile", ("all",), ("X=1",), ())),
+    (["make", "--directory=/s/a", "-j", "8", "-k", "V:=2", "Y+=3", "t1", "t2"], None, ("a", None, ("t1", "t2"), ("V:=2", "Y+=3"), ("-k",))),
+    (["make", "-C/elsewhere", "x"], "/s", (None, None, ("x",), (), ())),
+    (["gmake", "-Csub", "-fM.mk", "-l", "2.5", "-W", "f.c", "go"], "/s", ("sub", "M.mk", ("go",), (), ("-W", "f.c"))),
+])
+def test_parse_make(argv, cwd, expected):
+    inv = flags.parse_make(argv, cwd, ["/s"])
+    assert (inv.directory, inv.makefile, inv.goals, inv.variables, inv.options) == expected
+
+
+def test_recipe_variables_come_from_the_command_line_or_the_environment():
+    inv = flags.Invocation("make", (), variables=("A=1", "PLAN=x"), env=(("B", "2"), ("CFLAGS", "-pipe")))
+    assert flags.recipe_variables(inv, ["A", "B"]) == ("A=1", "B=2")
+
+
+# ------------------------------------------------------------------------------------------------ make -n output
+
+
+MAKE_N = """\
+cc -O3 -ffast-math -march=native -c -o a.o a.c
+cd sub && ccache gcc-12 -O2 -I include -DX=1 \\
+    -c b.c
+make[1]: Entering directory '/src/sub'
+echo "building" ; nvcc -O3 -Xcompiler -march=native -arch=sm_89 -o prog a.o b.o -lm
+if [ -z "" ]; then echo no; fi
+/opt/rocm/bin/hipcc --offload-arch=gfx1151 -o prog a.o
+ar rcs libx.a a.o
+"""
+
+
+def test_compile_lines():
+    lines = flags.compile_lines(MAKE_N)
+    assert lines == {
+        "a.o": CompileLine("a.o", "cc", ("-O3", "-ffast-math", "-march=native")),
+        "b.c (-c)": CompileLine("b.c (-c)", "gcc-12", ("-O2", "-I include", "-DX=1")),
+        "prog": CompileLine("prog", "nvcc", ("-O3", "-Xcompiler -march=native", "-arch=sm_89", "-lm")),
+        "prog #2": CompileLine("prog #2", "hipcc", ("--offload-arch=gfx1151",)),
+    }
+
+
+@pytest.mark.parametrize("given, expected", [
+    (["-O3", "-g", "-O2"], ("-g", "-O2")),
+    (["-march=native", "-march=x86-64-v3"], ("-march=x86-64-v3",)),
+    (["-ffinite-math-only", "-fno-finite-math-only", "-ffast-math"], ("-fno-finite-math-only", "-ffast-math")),
+    (["-Wall", "-Wno-all", "-Wextra"], ("-Wno-all", "-Wextra")),
+    (["-mavx2", "-mno-avx2"], ("-mno-avx2",)),
+    (["-DA=1", "-DA=2", "-Wl,--as-needed"], ("-DA=1", "-DA=2", "-Wl,--as-needed")),  # not families: all kept
+])
+def test_effective_flags_last_of_a_family_wins(given, expected):
+    assert flags.effective(given) == expected
+
+
+# ------------------------------------------------------------------------------------------------ option comparison
+
+
+OLD = {"A": Decl("A", "CMakeLists.txt:3"), "B": Decl("B", "cmake/b.cmake:1"), "GONE_UNUSED": Decl("GONE_UNUSED", "CMakeLists.txt:9")}
+NEW = {"A": Decl("A", "CMakeLists.txt:3"), "C": Decl("C", "CMakeLists.txt:4")}
+
+
+@pytest.mark.parametrize("ours, old, expected", [
+    ([("A", "ON")], NEW, []),  # unchanged
+    ([("A", "ON"), ("CMAKE_BUILD_TYPE", "Release"), ("BUILD_SHARED_LIBS", "ON")], {"A": OLD["A"], "C": NEW["C"]}, []),
+    ([("A", "ON"), ("B", "OFF")], OLD, [
+        Row("hold", "-DB=OFF", "cmake/b.cmake:1 at old", "the recipe sets it, but nothing at new declares it any more"),
+        Row("new option", "C", "CMakeLists.txt:4", "declared at new, not at old"),
+        Row("removed option", "GONE_UNUSED", "CMakeLists.txt:9 at old", "removed upstream; the recipe does not set it")]),
+    ([("A", "ON"), ("PLAIN", "1")], {"A": OLD["A"], "C": NEW["C"]}, [
+        Row("info", "-DPLAIN=1", "", "declared at neither commit; the build's own check decides")]),
+    ([("B", "")], None, [Row("info", "-DB", "", "not declared at new (the old commit could not be read)")]),
+])
+def test_compare_options(ours, old, expected):
+    assert flags.compare_options("cmake", ours, old, NEW) == expected
+
+
+# ------------------------------------------------------------------------------------------------ make comparison
+
+
+def run(text="", rc=0, err=""):
+    return MakeRun(rc, text, err)
+
+
+UP = run("cc -O3 -ffast-math -march=native -c -o a.o a.c\ncc -O3 -ffast-math -march=native -o prog a.o\n")
+REC = run("cc -O3 -ffast-math -march=x86-64-v3 -c -o a.o a.c\ncc -O3 -ffast-math -march=x86-64-v3 -o prog a.o\n")
+MK = {"Makefile": "ARCH ?= -march=native\nOPT = -O3 -ffast-math\ncpu: prog\n"}
+INV = flags.Invocation("make", ("make", "cpu"), directory=".", goals=("cpu",), variables=("ARCH=-march=x86-64-v3",))
+
+
+def compare(new, old=None, files=MK):
+    rows = flags.compare_make(INV, new, old, new_files=files, old_files=MK, recipe_vars=("ARCH=-march=x86-64-v3",),
+                              recipe_where="recipes/x.yaml:9")
+    return [(r.result, r.what, r.where) for r in rows]
+
+
+def test_make_with_only_the_recipes_overrides_holds_nothing():
+    ours = run(REC.out.replace("-march=x86-64-v3", "-march=x86-64-v3 -ffile-prefix-map=/a=/b"))
+    assert compare(MakeSide(UP, REC, ours), MakeSide(UP, REC, ours)) == [
+        ("override", "-march=native", "Makefile:1"),
+        ("override", "-march=x86-64-v3", "recipes/x.yaml:9"),
+        ("ours", "-ffile-prefix-map=/a=/b", ""),
+    ]
+
+
+def test_make_flag_dropped_by_our_invocation_holds():
+    ours = run(REC.out.replace("-O3 -ffast-math ", "-O2 "))
+    rows = flags.compare_make(INV, MakeSide(UP, REC, ours), MakeSide(UP, REC, REC), new_files=MK, old_files=MK,
+                              recipe_vars=("ARCH=-march=x86-64-v3",), recipe_where="r")
+    held = [r for r in rows if r.holds]
+    assert [(r.what, r.where) for r in held] == [("-O3", "Makefile:2"), ("-ffast-math", "Makefile:2")]
+    assert held[0].detail == "dropped by our `make cpu`: missing from 2 of 2 compile lines (e.g. a.o)"
+    assert ("ours", "-O2") in [(r.result, r.what) for r in rows]
+
+
+def test_make_target_gone_and_other_failures():
+    gone = run(rc=2, err="make: *** No rule to make target 'cpu'.  Stop.\n")
+    assert compare(MakeSide(gone, gone, gone)) == [("hold", "make target cpu", "Makefile:3 at old")]
+    broken = run(rc=2, err="Makefile:9: *** missing separator.  Stop.\n")
+    rows = flags.compare_make(INV, MakeSide(broken, broken, broken), None, new_files=MK, old_files=None, recipe_vars=(),
+                              recipe_where="r")
+    assert [(r.result, r.detail) for r in rows] == [("hold", "upstream's own invocation fails at new: Makefile:9: *** missing separator.  Stop.")]
+    ours_fails = flags.compare_make(INV, MakeSide(UP, REC, broken), None, new_files=MK, old_files=None, recipe_vars=(), recipe_where="r")
+    assert ours_fails[-1].holds and "our invocation fails at new where upstream's succeeds" in ours_fails[-1].detail
+    slow = MakeRun(None, "", "timed out after 120 s")
+    assert compare(MakeSide(slow, slow, slow)) == [("not compared", "make -n cpu", "")]
+    # failing the same way at both commits is this host (a $(error) on a missing tool), not drift
+    nohip = run(rc=2, err="Makefile:30: *** hipcc not found.  Stop.\n")
+    assert compare(MakeSide(nohip, nohip, nohip), MakeSide(nohip, nohip, nohip)) == [("not compared", "make -n cpu", "")]
+    assert compare(MakeSide(UP, REC, nohip), MakeSide(UP, REC, nohip))[-1] == ("not compared", "make -n cpu", "")
+    assert compare(MakeSide(UP, REC, nohip), MakeSide(UP, REC, REC))[-1] == ("hold", "make -n cpu", "")
+
+
+def test_upstream_changes_between_commits_are_reported_not_held():
+    new_up = run(UP.out.replace("-ffast-math", "-ffast-math -fno-plt"))
+    new_rec = run(REC.out.replace("-ffast-math", "-ffast-math -fno-plt"))
+    rows = flags.compare_make(INV, MakeSide(new_up, new_rec, new_rec), MakeSide(UP, REC, REC),
+                              new_files={"Makefile": MK["Makefile"].replace("-ffast-math", "-ffast-math -fno-plt")},
+                              old_files=MK, recipe_vars=("ARCH=-march=x86-64-v3",), recipe_where="r")
+    assert ("upstream", "-fno-plt", "Makefile:2") in [(r.result, r.what, r.where) for r in rows]
+    assert not any(r.holds for r in rows)
+
+
+def test_report_rendering_and_reasons():
+    rep = flags.VariantReport("ds4", "**ds4**: `make cpu`", (Row("override", "-g", "Makefile:10", "replaced"),
+                                                           Row("hold", "-O3", "Makefile:11", "dropped | by us")))
+    md = flags.render_markdown(rep)
+    assert md.splitlines()[4] == "| **HOLD** | `-O3` | Makefile:11 | dropped \\| by us |"  # holds first, pipes escaped
+    assert rep.reasons() == ["ds4: -O3: dropped | by us (Makefile:11)"] and rep.held
+    assert flags.render_markdown(flags.VariantReport("x", "**x**: cmake", ())).endswith("matches (nothing dropped, nothing gone, "
+                                                                                       "no new upstream option).")
+
+
+# ------------------------------------------------------------------------------------------------ real repositories
+
+
+MAKEFILE_OLD = """\
+CC ?= cc
+ARCH_FLAG ?= -march=native
+OPT = -O3 -ffast-math
+ifdef LEGACY_BUILD
+OPT = -O1
+endif
+WARN = -Wall
+ALL = $(OPT) $(ARCH_FLAG) $(WARN) -std=c99 $(CFLAGS)
+
+cpu: prog
+
+prog: main.o util.o
+\t$(CC) $(ALL) -o prog main.o util.o -lm
+
+%.o: %.c
+\t$(CC) $(ALL) -c -o $@ $<
+"""
+SOURCES = {"main.c": "int main(void) { return 0; }\n", "util.c": "int util(void) { return 1; }\n"}
+
+
+def make_recipe(name: str, env: dict | None = None) -> str:
+    env_text = "".join(f"\n    {k}: \"{v}\"" for k, v in (env or {}).items())
+    return textwrap.dedent(f"""\
+        schema_version: 1
+        name: {name}
+        summary: a make-built upstream
+        license: MIT
+        source:
+          pin: {name}
+        toolchain:
+          - {{tool: make}}
+        build:
+          kind: make
+          network: none
+          options:
+            ARCH_FLAG: -march=x86-64-v3
+            programs: prog
+          targets: [cpu]
+        stage:
+          root: libexec/onebit/{{variant}}
+          keep: [bin/prog]
+          binaries:
+            prog: bin/prog
+        provides:
+          backend: {name}
+          adapter: ds4
+          devices: [CPU]
+          features: []
+        """).replace("  options:", ("  env:" + env_text + "\n  options:") if env else "  options:")
+
+
+def cmake_recipe(name: str, options: dict) -> str:
+    opts = "".join(f"\n    {k}: {v}" for k, v in options.items())
+    return textwrap.dedent(f"""\
+        schema_version: 1
+        name: {name}
+        summary: a cmake-built upstream
+        license: MIT
+        source:
+          pin: {name}
+        build:
+          kind: cmake
+          network: none
+          options:OPTS
+          targets: [all]
+        stage:
+          keep: [bin/demo]
+          binaries:
+            demo: bin/demo
+        provides:
+          backend: {name}
+          devices: [CPU]
+          features: []
+        """).replace("OPTS", opts)
+
+
+ZIG_RECIPE = """\
+schema_version: 1
+name: zinc
+summary: a zig-built upstream
+license: MIT
+source:
+  pin: zinc
+build:
+  kind: zig
+  network: none
+  options:
+    optimize: ReleaseFast
+    shaders: true
+  targets: [install]
+stage:
+  keep: [bin/zinc]
+  binaries:
+    zinc: bin/zinc
+provides:
+  backend: zinc
+  adapter: zinc
+  devices: [Vulkan0]
+  features: []
+"""
+
+
+def pin_entry(name: str, up: Upstream, commit: str) -> str:
+    return f"""
+    {name}:
+      url: {up.url}
+      policy: branch
+      branch: main
+      commit: {commit}
+      cadence: daily
+      license: MIT
+      mirrors: []
+    """
+
+
+def setup(tmp_path, name: str, recipe: str, files: dict[str, str]):
+    up = Upstream(tmp_path / "up" / name)
+    old = up.commit("old", files)
+    proj = Project(tmp_path, pin_entry(name, up, old), recipes={name: recipe})
+    return up, proj, old
+
+
+def drift(proj: Project, name: str, up: Upstream, old: str, new: str) -> list[flags.VariantReport]:
+    return flagdrift.flag_reports(proj.root, name, up.url, old, new, [name])
+
+
+def table(reports) -> list[tuple[str, str, str]]:
+    return [(r.result, r.what, r.where) for rep in reports for r in rep.rows]
+
+
+@needs_make
+def test_make_unchanged_upstream_has_no_drift(tmp_path):
+    up, proj, old = setup(tmp_path, "dsx", make_recipe("dsx"), {"Makefile": MAKEFILE_OLD, **SOURCES})
+    new = up.commit("docs only", {"README": "hello\n"})
+    [rep] = drift(proj, "dsx", up, old, new)
+    assert not rep.held, rep.reasons()
+    rows = table([rep])
+    assert ("override", "-march=native", "Makefile:2") in rows  # the recipe's deliberate ARCH_FLAG
+    assert ("override", "-march=x86-64-v3", "recipes/dsx.yaml:13") in rows
+    assert [r[0] for r in rows if r[0] not in ("override", "ours")] == []  # nothing else: upstream did not change
+    assert rep.how.startswith(f"**dsx**: `make cpu` at `{old[:12]}` → `{new[:12]}`")
+
+
+@needs_make
+def test_make_flag_dropped_by_our_invocation_is_held(tmp_path):
+    # the recipe's environment makes upstream's Makefile take its legacy path: -O3 -ffast-math are lost
+    up, proj, old = setup(tmp_path, "dsx", make_recipe("dsx", env={"LEGACY_BUILD": "1"}), {"Makefile": MAKEFILE_OLD, **SOURCES})
+    new = up.commit("upstream adds -fno-plt", {"Makefile": MAKEFILE_OLD.replace("WARN = -Wall", "WARN = -Wall -fno-plt")})
+    [rep] = drift(proj, "dsx", up, old, new)
+    assert rep.reasons() == [
+        "dsx: -O3: dropped by our `make cpu`: missing from 3 of 3 compile lines (e.g. main.o) (already so at the old commit) (Makefile:3)",
+        "dsx: -ffast-math: dropped by our `make cpu`: missing from 3 of 3 compile lines (e.g. main.o) (already so at the old commit) "
+        "(Makefile:3)",
+    ]
+    assert ("upstream", "-fno-plt", "Makefile:7") in table([rep])  # upstream's own change: reported, not held
+
+
+@needs_make
+def test_make_target_renamed_is_held(tmp_path):
+    up, proj, old = setup(tmp_path, "dsx", make_recipe("dsx"), {"Makefile": MAKEFILE_OLD, **SOURCES})
+    new = up.commit("rename cpu to native", {"Makefile": MAKEFILE_OLD.replace("cpu: prog", "native: prog")})
+    [rep] = drift(proj, "dsx", up, old, new)
+    [reason] = rep.reasons()
+    assert reason == (f"dsx: make target cpu: gone at {new[:12]}: make: *** No rule to make target 'cpu'.  Stop. "
+                      f"(Makefile:10 at {old[:12]})")
+
+
+def test_cmake_option_removed_is_held_and_option_added_is_reported(tmp_path):
+    cm = 'cmake_minimum_required(VERSION 3.16)\nproject(demo C)\noption(DEMO_FAST "fast" ON)\ninclude(cmake/opts.cmake)\n'
+    opts = 'set(DEMO_LEGACY OFF CACHE BOOL\n    "the legacy path")\n'
+    up, proj, old = setup(tmp_path, "demo", cmake_recipe("demo", {"DEMO_FAST": "ON", "DEMO_LEGACY": "ON", "DEMO_HINT": "1"}),
+                          {"CMakeLists.txt": cm, "cmake/opts.cmake": opts})
+    same = up.commit("a source change", {"demo.c": "int main(void) { return 0; }\n"})
+    [rep] = drift(proj, "demo", up, old, same)
+    assert table([rep]) == [("info", "-DDEMO_HINT=1", "")]  # unchanged: nothing held, a plain variable noted
+    new = up.commit("drop the legacy path, add a new one", {
+        "cmake/opts.cmake": "# legacy path removed\n",
+        "CMakeLists.txt": cm + 'cmake_dependent_option(DEMO_NEW "new" ON "DEMO_FAST" OFF)\n'})
+    [rep] = drift(proj, "demo", up, same, new)
+    assert rep.reasons() == [f"demo: -DDEMO_LEGACY=ON: the recipe sets it, but nothing at {new[:12]} declares it any more "
+                             f"(cmake/opts.cmake:1 at {same[:12]})"]
+    assert ("new option", "DEMO_NEW", "CMakeLists.txt:5") in table([rep])
+    assert rep.how == f"**demo**: cmake -D options (3) at `{same[:12]}` → `{new[:12]}`"
+
+
+def test_zig_option_renamed_is_held(tmp_path):
+    up, proj, old = setup(tmp_path, "zinc", ZIG_RECIPE, {"build.zig": BUILD_ZIG})
+    new = up.commit("rename shaders", {"build.zig": BUILD_ZIG.replace('"shaders"', '"spirv"')})
+    [rep] = drift(proj, "zinc", up, old, new)
+    assert rep.reasons() == [f"zinc: -Dshaders=true: the recipe sets it, but nothing at {new[:12]} declares it any more "
+                             f"(build.zig:6 at {old[:12]})"]
+    assert ("new option", "spirv", "build.zig:6") in table([rep])  # -Doptimize is std.Build's: still declared
+
+
+def test_the_source_fetches_only_the_build_files_it_needs(tmp_path):
+    up = Upstream(tmp_path / "up")
+    commit = up.commit("tree", {"CMakeLists.txt": "option(A x)\n", "cmake/b.cmake": "", "src/big.c": "x" * 100_000,
+                                "Makefile": "all:\n"})
+    with flagdrift.Source(up.url, None) as src:
+        tree = src.checkout(commit, tmp_path / "sparse", flagdrift.is_build_file)
+        files = sorted(p.relative_to(tree.path).as_posix() for p in tree.path.rglob("*") if p.is_file())
+        assert files == ["CMakeLists.txt", "Makefile", "cmake/b.cmake"]
+        big = git(up.path, "rev-parse", f"{commit}:src/big.c")
+        missing = git(src.scratch.dir, "rev-list", "--objects", "--missing=print", "--no-object-names", commit)
+        assert f"?{big}" in missing.splitlines()  # its blob was never fetched
+        full = src.checkout(commit, tmp_path / "full", None)  # make -n needs every file
+        assert (full.path / "src" / "big.c").read_text() == "x" * 100_000
+
+
+def test_a_recipe_that_cannot_be_compared_says_why(tmp_path):
+    up, proj, old = setup(tmp_path, "demo", "schema_version: 1\nname: demo\nsource: {pin: demo}\n", {"CMakeLists.txt": ""})
+    new = up.commit("two")
+    [rep] = drift(proj, "demo", up, old, new)
+    assert not rep.held and rep.rows[0].result == "not compared" and "schema" in rep.rows[0].detail
+    (proj.root / "recipes" / "demo.yaml").write_text(cmake_recipe("demo", {"DEMO_FAST": "ON"}))
+    [rep] = flagdrift.flag_reports(proj.root, "demo", up.url, old, "f" * 40, ["demo"])  # a commit upstream does not have
+    assert not rep.held and rep.rows[0].result == "not compared" and "cannot check out the new commit" in rep.rows[0].detail
+    [rep] = flagdrift.flag_reports(proj.root, "demo", up.url, "e" * 40, new, ["demo"])  # the old one is gone: new side only
+    assert [r.result for r in rep.rows] == ["info", "info"] and "the old commit cannot be checked out" in rep.rows[-1].detail
+
+
+NET_MAKEFILE = """\
+IFACES := $(shell python3 -c 'import socket; print(" ".join(sorted(n for _, n in socket.if_nameindex())))')
+all:
+\t@echo interfaces: $(IFACES)
+slow:
+\t@echo $(shell sleep 30)
+"""
+
+
+@needs_make
+def test_make_n_runs_with_the_network_cut_and_a_timeout(tmp_path):
+    from builders.host import probe_net_cut
+
+    cut = probe_net_cut()
+    if not cut:
+        pytest.skip("this host cannot make a network namespace (unshare --net)")
+    (tmp_path / "Makefile").write_text(NET_MAKEFILE)
+    ran = flagdrift.run_make(["make", "-n", "all"], cwd=tmp_path, env={}, net_cut=cut, paths={str(tmp_path): "<src>"})
+    assert ran.ok and ran.out.strip() == "echo interfaces: lo"  # a fresh namespace has only loopback
+    slow = flagdrift.run_make(["make", "-n", "slow"], cwd=tmp_path, env={}, net_cut=cut, paths={}, timeout=1)
+    assert slow.rc is None and slow.err == "timed out after 1 s"
+
+
+# ------------------------------------------------------------------------------------------------ through the bot
+
+
+@pytest.fixture
+def api(monkeypatch):
+    fake = FakeAPI()
+    monkeypatch.setenv("ONEBIT_GITHUB_API", fake.url)
+    monkeypatch.setenv("ONEBIT_HF_ENDPOINT", fake.url)
+    monkeypatch.setenv("ONEBIT_BOT_TOKEN", "t0ken")
+    for var in ("GITHUB_TOKEN", "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH", "GITHUB_STEP_SUMMARY",
+                "ONEBIT_PINS_REMOTE", "ONEBIT_PINS_BASE", "HF_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    yield fake
+    fake.close()
+
+
+@needs_make
+def test_the_bot_holds_a_bump_whose_make_target_is_gone(tmp_path, api, capsys):
+    up = Upstream(tmp_path / "antirez" / "dsx")
+    old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
+    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    new = up.commit("rename cpu", {"Makefile": MAKEFILE_OLD.replace("cpu: prog", "native: prog")})
+    before = proj.text()
+    # a local bump does not move a held pin
+    assert main(["--root", str(proj.root), "bump"]) == 1
+    err = capsys.readouterr().err
+    assert "dsx: held:" in err and "make target cpu: gone" in err and proj.text() == before
+    # a PR bump opens the PR with the report, labelled held, and says so
+    assert main(["--root", str(proj.root), "bump", "--open-pr"]) == 1
+    [pr] = api.state.opened()
+    assert pr["title"] == f"Bump dsx to {new[:12]} (held)" and api.state.labels == {1: ["held"]}
+    body = pr["body"]
+    assert "> **Held**: a recipe no longer matches upstream's build at the new commit:" in body
+    assert f"> - dsx: make target cpu: gone at {new[:12]}" in body
+    assert "### Build-flag report" in body and f"| **HOLD** | `make target cpu` | Makefile:10 at {old[:12]} |" in body
+    assert body.index("### Patch report") < body.index("### Build-flag report") < body.index("### Hardware checklist")
+    # the pin guard refuses the held PR until the label is gone
+    git(proj.root, "fetch", "--quiet", "origin")
+    git(proj.root, "checkout", "--quiet", pr["head"]["ref"])
+    assert main(["--root", str(proj.root), "check", "--base", "origin/main", "--label", "held"]) == 1
+    assert "carries the 'held' label" in capsys.readouterr().err
+    assert main(["--root", str(proj.root), "check", "--base", "origin/main"]) == 0
+
+
+@needs_make
+def test_the_bot_proposes_a_matching_bump_with_its_report(tmp_path, api):
+    up = Upstream(tmp_path / "antirez" / "dsx")
+    old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
+    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    new = up.commit("upstream adds -fno-plt", {"Makefile": MAKEFILE_OLD.replace("WARN = -Wall", "WARN = -Wall -fno-plt")})
+    assert main(["--root", str(proj.root), "bump", "--open-pr"]) == 0
+    [pr] = api.state.opened()
+    assert pr["title"] == f"Bump dsx to {new[:12]}" and api.state.labels == {}
+    assert "**Held**" not in pr["body"]
+    assert "| upstream | `-fno-plt` | Makefile:7 | new in upstream's compile lines at" in pr["body"]
+    assert "| override | `-march=native` | Makefile:2 | replaced by the recipe's ARCH_FLAG=-march=x86-64-v3 |" in pr["body"]
