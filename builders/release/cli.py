@@ -66,11 +66,11 @@ def _built(args, project, name: str, tag: str, *, build: bool):
 
 def cmd_release(args) -> int:
     import datetime as dt
-    import json
 
     from .. import config
     from ..package import source_date
-    from . import changes, flow
+    from . import bumps as bump_merge
+    from . import flow
     from . import tag as tags
     from .publish import GitHubReleases, built_commit, publish, release_tags
 
@@ -82,10 +82,12 @@ def cmd_release(args) -> int:
     existing, drafts = release_tags(client) if args.publish else (flow.local_tags(project.root), [])
     the_tag = args.tag or tags.release_tag(today, existing, drafts)
     tags.parse(the_tag)
-    bumps = []
-    if args.bumps:
-        bumps = [changes.BumpResult(b["branch"], b.get("failed_step"), b.get("log", ""))
-                 for b in json.loads(Path(args.bumps).read_text())]
+    bumps = bump_merge.load(args.bumps) if args.bumps else []
+    merged = None
+    if args.merge_bumps:  # passing bump branches are merged before the build; the held ones are recorded
+        merged = bump_merge.merge_passing(project.root, log=lambda m: console.print(m, highlight=False))
+        bumps += merged.results
+        project = config.load_project(project.root)
     target = args.target or (built_commit(project.root) if args.publish else None)  # the commit the bundles are built from
     built = [_built(args, project, name, the_tag, build=not args.built_from) for name in args.bundles]
     out = Path(args.release_out or project.root / ".onebit" / "release" / the_tag).resolve()
@@ -97,6 +99,8 @@ def cmd_release(args) -> int:
         print(f"{f.stat().st_size:>12}  {f.name}")
     console.print(f"[green]release {the_tag}[/]: {len(files)} files in {out}", highlight=False)
     if args.publish:
+        if merged and merged.ahead():  # the release points at the built commit, so it must be on GitHub first
+            console.print(f"pushed {merged.push()} to {merged.base}", highlight=False)
         rep = publish(client, the_tag, files, title=f"1bit engine {the_tag}", notes=(out / "notes.md").read_text(),
                       target=target)
         console.print(f"[green]published[/] {rep.release_url}{' (resumed draft)' if rep.resumed else ''}: "
@@ -123,7 +127,11 @@ def register(sub) -> None:
                    "with --publish, this week's unpublished draft is resumed under its tag)")
     r.add_argument("--date", help="the release date, YYYY-MM-DD (default: today, UTC)")
     r.add_argument("--from", dest="built_from", metavar="DIR", help="use bundles already built in DIR/<bundle> (CI)")
-    r.add_argument("--bumps", metavar="JSON", help="bump results: [{branch, failed_step, log}]")
+    r.add_argument("--bumps", metavar="JSON", help="bump results: [{branch, failed_step, log, held_for}] "
+                   "(what `python -m builders.release.bumps merge --json` writes)")
+    r.add_argument("--merge-bumps", action="store_true",
+                   help="merge the passing bump/<pin>-<sha12> pull requests into this checkout before building; "
+                        "record the held ones (pushed to the base branch with --publish)")
     r.add_argument("--target", metavar="COMMIT", help="the commit the bundles were built from, which the release points "
                    "at (default: HEAD of the checkout, which must be clean)")
     r.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
