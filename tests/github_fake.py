@@ -34,6 +34,7 @@ class Fault:
     kind: str
     times: int = 1
     wait: int = 1
+    query: str = ""  # a regex searched in the query string too, e.g. "name=SHA256SUMS" for one upload
 
 
 class Fake:
@@ -81,7 +82,7 @@ class Fake:
                 with fake.lock:
                     fake.calls.append((method, url.path))
                     fake.stamps.append((method, url.path, time.monotonic()))
-                    fault = fake.take_fault(method, url.path)
+                    fault = fake.take_fault(method, url.path, url.query)
                 upload = method == "POST" and url.path.startswith("/uploads/")
                 if fault is not None:
                     n = int(self.headers.get("Content-Length") or 0)
@@ -115,9 +116,9 @@ class Fake:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     # ---- faults
-    def take_fault(self, method: str, path: str) -> Fault | None:
+    def take_fault(self, method: str, path: str, query: str = "") -> Fault | None:
         for f in self.faults:
-            if f.times > 0 and f.method == method and re.search(f.path, path):
+            if f.times > 0 and f.method == method and re.search(f.path, path) and re.search(f.query, query):
                 f.times -= 1
                 return f
         return None

@@ -178,6 +178,15 @@ def test_a_secondary_rate_limit_waits_as_asked(fake, files, caplog):
     assert any("HTTP 403; retrying in 1.0 s (as the server asked)" in r.getMessage() for r in caplog.records)
 
 
+def test_a_rate_limited_upload_is_sent_again_whole(fake, tmp_path):
+    big = tmp_path / "big.tar.zst"
+    big.write_bytes(os.urandom(3 << 20))
+    fake.faults = [Fault("POST", r"/uploads/", "secondary", wait=1, query="name=big")]  # refused after the body was sent
+    rep = publish(client(fake), "v2026.48", [big], title="t", notes="n")
+    assert rep.uploaded == ["big.tar.zst"] and uploaded(fake) == local([big])  # the retry re-read the file from its start
+    assert sum(1 for m, p in fake.calls if m == "POST" and p.startswith("/uploads/")) == 2
+
+
 def test_a_used_up_rate_limit_waits_until_the_reset(fake, files, caplog):
     caplog.set_level(logging.WARNING, logger="builders.http")
     fake.faults = [Fault("GET", r"/releases$", "primary", wait=1)]
