@@ -7,7 +7,8 @@ Each is fetched once into the content-addressed cache, verified, and works offli
 - crates: `cargo vendor --locked` of a manifest in the checked-out source, keyed by the source commit; the config
   that cargo prints is kept beside the crates, and a digest of the vendored tree is checked on every reuse.
 - Hugging Face: `<endpoint>/<repo>/resolve/<revision>/<file>` for each file pinned in pins.yaml, checked against its
-  sha256. The endpoint is $ONEBIT_HF_ENDPOINT (default https://huggingface.co).
+  sha256. The endpoint is $ONEBIT_HF_ENDPOINT (default https://huggingface.co); $HF_TOKEN is sent when set. Downloads
+  go through the project's one HTTP session (builders/http.py: 5xx, rate limits and broken connections retried).
 """
 from __future__ import annotations
 
@@ -16,14 +17,13 @@ import os
 import posixpath
 import shutil
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import git
 
+from . import http
 from .config import file_sha256, tree_digest
 from .errors import FetchError
 from .fetch import _fetch_into_new_repo, cached, is_local
@@ -227,6 +227,8 @@ def fetch_hf(repo: str, revision: str, files: Mapping[str, str | None], dest: Pa
         raise FetchError(f"{repo} @ {revision[:12]} is not in the cache ({dest}) and --offline forbids downloading",
                          hint="run `1bit-build fetch BUNDLE` once with network")
     endpoint = endpoint or hf_endpoint()
+    hub = http.Client(endpoint, os.environ.get("HF_TOKEN") or None)
+    hub.service = "Hugging Face"
     tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -236,10 +238,10 @@ def fetch_hf(repo: str, revision: str, files: Mapping[str, str | None], dest: Pa
             out.parent.mkdir(parents=True, exist_ok=True)
             log(f"download {name}")
             try:
-                with urllib.request.urlopen(url, timeout=60) as resp, open(out, "wb") as f:
-                    shutil.copyfileobj(resp, f, 1 << 20)
-            except (urllib.error.URLError, OSError) as exc:
-                raise FetchError(f"could not download {url}: {getattr(exc, 'reason', exc)}", where=where,
+                with open(out, "wb") as f:
+                    hub.download(url, f)
+            except http.HTTPError as exc:
+                raise FetchError(f"could not download {url}: {exc.what}", where=where,
                                  hint=f"check the network, or point {HF_ENDPOINT_ENV} at a mirror") from None
             got = file_sha256(out)
             if got != sha:

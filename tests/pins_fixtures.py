@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlencode, urlparse
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.invalid",
@@ -129,10 +129,16 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *a):  # quiet
         pass
 
-    def _send(self, status: int, payload=None, raw: bytes | None = None):
+    @property
+    def server_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def _send(self, status: int, payload=None, raw: bytes | None = None, headers: dict | None = None):
         data = raw if raw is not None else json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json" if raw is None else "application/octet-stream")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -165,7 +171,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if "head" in q:
                     out = [p for p in out if f"{p['_owner']}:{p['head']['ref']}" == q["head"]]
                 page, per = int(q.get("page", 1)), int(q.get("per_page", 30))
-                return self._send(200, [{k: v for k, v in p.items()} for p in out[(page - 1) * per: page * per]])
+                more = len(out) > page * per  # GitHub paginates with a Link header
+                link = {"Link": f'<{self.server_url}{url.path}?{urlencode({**q, "page": page + 1})}>; rel="next"'} if more else {}
+                return self._send(200, [{k: v for k, v in p.items()} for p in out[(page - 1) * per: page * per]], headers=link)
             if m and method == "POST":
                 if not (self.headers.get("Authorization") or "").startswith("Bearer "):
                     return self._send(401, {"message": "Requires authentication"})

@@ -1,118 +1,26 @@
-"""Publishing to GitHub Releases against a fake REST API on 127.0.0.1: draft, upload, publish, re-runs."""
+"""Publishing to GitHub Releases against the fake REST API on 127.0.0.1 (tests/github_fake.py): draft at the built
+commit, upload, verify, publish; re-runs resume; injected failures (5xx, connection resets, rate limits, a kill
+mid-upload) end with every asset exactly once, with the right bytes."""
 from __future__ import annotations
 
 import hashlib
-import json
-import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from github_fake import REPO, TOKEN, Fake, Fault
 
+from builders import http
+from builders.github import GitHub
 from builders.release.publish import GitHubReleases, PublishError, publish
 
-REPO = "1bit-MONSTER/1bit-engine"
-TOKEN = "t0ken"
-
-
-class Fake:
-    """Just enough of the Releases API: list, create, patch, assets (with digest), upload, delete, download."""
-
-    def __init__(self, *, digests: bool = True):
-        self.releases: dict[int, dict] = {}
-        self.assets: dict[int, dict] = {}  # id -> asset (+ _data, _release)
-        self.calls: list[tuple[str, str]] = []
-        self.fail_upload: set[str] = set()
-        self.digests = digests
-        self.lock = threading.Lock()
-        fake = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def reply(self, status, payload=None, raw=None):
-                data = raw if raw is not None else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def handle_any(self, method):
-                url = urlparse(self.path)
-                q = {k: v[0] for k, v in parse_qs(url.query).items()}
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
-                with fake.lock:
-                    fake.calls.append((method, url.path))
-                    if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                        return self.reply(401, {"message": "Bad credentials"})
-                    return fake.route(self, method, url.path, q, body)
-
-            def do_GET(self):
-                self.handle_any("GET")
-
-            def do_POST(self):
-                self.handle_any("POST")
-
-            def do_PATCH(self):
-                self.handle_any("PATCH")
-
-            def do_DELETE(self):
-                self.handle_any("DELETE")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def public(self, a: dict) -> dict:
-        out = {k: v for k, v in a.items() if not k.startswith("_")}
-        if not self.digests:
-            out.pop("digest", None)
-        return out
-
-    def route(self, h, method, path, q, body):
-        base = f"/repos/{REPO}"
-        if method == "GET" and path == f"{base}/releases":
-            page = int(q.get("page", 1))
-            items = sorted(self.releases.values(), key=lambda r: -r["id"])
-            return h.reply(200, items[(page - 1) * 100: page * 100])
-        if method == "POST" and path == f"{base}/releases":
-            data = json.loads(body)
-            rid = len(self.releases) + 1
-            self.releases[rid] = {"id": rid, "tag_name": data["tag_name"], "name": data["name"], "body": data["body"],
-                                  "draft": data["draft"], "html_url": f"{self.url}/r/{rid}",
-                                  "upload_url": f"{self.url}/uploads{base}/releases/{rid}/assets{{?name,label}}"}
-            return h.reply(201, self.releases[rid])
-        if m := re.fullmatch(rf"{base}/releases/(\d+)", path):
-            rel = self.releases[int(m[1])]
-            rel.update(json.loads(body))
-            return h.reply(200, rel)
-        if m := re.fullmatch(rf"{base}/releases/(\d+)/assets", path):
-            return h.reply(200, [self.public(a) for a in self.assets.values() if a["_release"] == int(m[1])])
-        if m := re.fullmatch(rf"/uploads{base}/releases/(\d+)/assets", path):
-            aid = max(self.assets, default=0) + 1
-            name = q["name"]
-            state = "uploaded"
-            if name in self.fail_upload:  # the connection drops mid-upload: GitHub keeps a `starter` asset
-                self.fail_upload.discard(name)
-                state = "starter"
-            self.assets[aid] = {"id": aid, "name": name, "state": state, "size": len(body), "_release": int(m[1]),
-                                "digest": "sha256:" + hashlib.sha256(body).hexdigest(), "_data": body}
-            if state == "starter":
-                return h.reply(502, {"message": "upstream closed"})
-            return h.reply(201, self.public(self.assets[aid]))
-        if m := re.fullmatch(rf"{base}/releases/assets/(\d+)", path):
-            if method == "DELETE":
-                del self.assets[int(m[1])]
-                return h.reply(204, raw=b"")
-            return h.reply(200, raw=self.assets[int(m[1])]["_data"])
-        return h.reply(404, {"message": "Not Found"})
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+__all__ = ["REPO", "TOKEN", "Fake"]  # test_release_build and the workflow replay publish to this fake too
+ROOT = Path(__file__).resolve().parent.parent
+BUILT = "a" * 40
 
 
 @pytest.fixture
@@ -131,21 +39,37 @@ def files(tmp_path):
     return out
 
 
-def client(fake):
+def client(fake, **retry):
+    """The client as the release builds it (from the environment); `retry` makes a quicker policy for the tests."""
+    if retry:
+        return GitHubReleases(REPO, client=GitHub(fake.url, TOKEN, retry=http.Retry(**retry)))
     return GitHubReleases.from_env(REPO, {"GITHUB_TOKEN": TOKEN, "ONEBIT_GITHUB_API": fake.url})
 
 
-def test_draft_upload_publish_then_rerun_skips(fake, files):
-    rep = publish(client(fake), "v2026.48", files, title="1bit v2026.48", notes="# notes")
+def uploaded(fake) -> dict[str, list[str]]:
+    """name -> sha256 of each asset GitHub holds (a name twice shows as two entries)."""
+    out: dict[str, list[str]] = {}
+    for a in fake.assets.values():
+        out.setdefault(a["name"], []).append(hashlib.sha256(a["_data"]).hexdigest() if a["state"] == "uploaded" else a["state"])
+    return out
+
+
+def local(files) -> dict[str, list[str]]:
+    return {p.name: [hashlib.sha256(p.read_bytes()).hexdigest()] for p in files}
+
+
+def test_draft_at_the_built_commit_upload_publish_then_rerun_skips(fake, files):
+    rep = publish(client(fake), "v2026.48", files, title="1bit v2026.48", notes="# notes", target=BUILT)
     assert rep.created and rep.published and rep.uploaded == ["a.tar.gz", "b.conda", "SHA256SUMS"]
-    rel = fake.releases[1]
+    [rel] = fake.releases.values()
     assert rel["draft"] is False and rel["tag_name"] == "v2026.48" and rel["body"] == "# notes"
+    assert rel["target_commitish"] == BUILT  # tagged at the commit that was built, not the branch head at publish time
     assert next(c for c in fake.calls if c[0] != "GET") == ("POST", f"/repos/{REPO}/releases")  # created as a draft first
-    assert fake.calls[-1] == ("PATCH", f"/repos/{REPO}/releases/1")  # published last
-    again = publish(client(fake), "v2026.48", files, title="1bit v2026.48", notes="# notes")
+    assert fake.calls[-1] == ("PATCH", f"/repos/{REPO}/releases/{rel['id']}")  # published last
+    again = publish(client(fake), "v2026.48", files, title="1bit v2026.48", notes="# notes", target=BUILT)
     assert (again.created, again.uploaded, again.published) == (False, [], False)
     assert again.skipped == ["a.tar.gz", "b.conda", "SHA256SUMS"]
-    assert len(fake.assets) == 3 and client(fake).tags() == ["v2026.48"]
+    assert uploaded(fake) == local(files) and client(fake).tags() == ["v2026.48"]
 
 
 def test_different_bytes_is_an_error_and_uploads_nothing(fake, files):
@@ -156,16 +80,36 @@ def test_different_bytes_is_an_error_and_uploads_nothing(fake, files):
     assert [a["name"] for a in fake.assets.values()] == ["a.tar.gz"]
 
 
-def test_interrupted_publish_resumes(fake, files):
+def test_an_upload_cut_off_is_resumed_in_the_same_run(fake, files):
+    fake.fail_upload = {"b.conda"}  # GitHub keeps a `starter` asset and answers 502
+    rep = publish(client(fake), "v2026.48", files, title="t", notes="n", pause=0)
+    assert rep.published and rep.uploaded == ["a.tar.gz", "b.conda", "SHA256SUMS"] and rep.skipped == []
+    starter = next(c for c in fake.calls if c[0] == "DELETE")
+    assert starter[1].startswith(f"/repos/{REPO}/releases/assets/")
+    assert uploaded(fake) == local(files) and len(fake.releases) == 1
+
+
+def test_interrupted_publish_resumes_on_the_next_run(fake, files):
     fake.fail_upload = {"b.conda"}
-    with pytest.raises(PublishError, match="HTTP 502"):
-        publish(client(fake), "v2026.48", files, title="t", notes="n")
-    assert fake.releases[1]["draft"] is True  # never published half-done
-    rep = publish(client(fake), "v2026.48", files, title="t", notes="n")
-    assert rep.skipped == ["a.tar.gz"] and rep.uploaded == ["b.conda", "SHA256SUMS"] and rep.published
-    assert ("DELETE", f"/repos/{REPO}/releases/assets/2") in fake.calls
-    assert sorted(a["name"] for a in fake.assets.values()) == ["SHA256SUMS", "a.tar.gz", "b.conda"]
-    assert all(a["state"] == "uploaded" for a in fake.assets.values())
+    with pytest.raises(PublishError, match="HTTP 502") as exc:
+        publish(client(fake), "v2026.48", files, title="t", notes="n", target=BUILT, attempts=1)
+    assert "run the same command again" in str(exc.value)
+    [rel] = fake.releases.values()
+    assert rel["draft"] is True  # never published half-done
+    rep = publish(client(fake), "v2026.48", files, title="t", notes="n", target=BUILT)
+    assert rep.resumed and not rep.created and rep.published
+    assert rep.skipped == ["a.tar.gz"] and rep.uploaded == ["b.conda", "SHA256SUMS"]
+    assert list(fake.releases) == [rel["id"]] and uploaded(fake) == local(files)
+
+
+def test_a_draft_built_from_another_commit_is_not_resumed(fake, files):
+    fake.fail_upload = {"b.conda"}
+    with pytest.raises(PublishError):
+        publish(client(fake), "v2026.48", files, title="t", notes="n", target=BUILT, attempts=1)
+    with pytest.raises(PublishError, match=f"draft v2026.48 .* points at '{BUILT}', but this run built {'b' * 40}") as exc:
+        publish(client(fake), "v2026.48", files, title="t", notes="n", target="b" * 40)
+    assert "never moves to another commit" in str(exc.value)
+    assert sorted(uploaded(fake)) == ["a.tar.gz", "b.conda"]  # nothing more was uploaded
 
 
 def test_without_digest_the_asset_is_downloaded_and_hashed(files):
@@ -174,12 +118,154 @@ def test_without_digest_the_asset_is_downloaded_and_hashed(files):
         publish(client(fake), "v2026.48", files, title="t", notes="n")
         rep = publish(client(fake), "v2026.48", files, title="t", notes="n")
         assert rep.skipped == ["a.tar.gz", "b.conda", "SHA256SUMS"]
-        assert ("GET", f"/repos/{REPO}/releases/assets/1") in fake.calls
+        assert any(c[0] == "GET" and c[1].startswith(f"/repos/{REPO}/releases/assets/") for c in fake.calls)
     finally:
         fake.close()
 
 
-def test_bad_token_is_one_clear_error(fake, files):
+def test_bad_token_is_one_clear_error_and_not_retried(fake, files):
     c = GitHubReleases.from_env(REPO, {"GITHUB_TOKEN": "wrong", "ONEBIT_GITHUB_API": fake.url})
-    with pytest.raises(PublishError, match="HTTP 401"):
+    with pytest.raises(PublishError, match="HTTP 401: Bad credentials") as exc:
         publish(c, "v2026.48", files, title="t", notes="n")
+    assert "wrong" not in str(exc.value) and len(fake.calls) == 1
+
+
+def test_assets_and_releases_are_listed_across_pages(tmp_path):
+    fake = Fake(page_size=2)  # GitHub pages at most 100; the fake pages at 2 to show the Link header is followed
+    try:
+        files = []
+        for i in range(5):
+            (tmp_path / f"f{i}.bin").write_bytes(b"%d" % i)
+            files.append(tmp_path / f"f{i}.bin")
+        for week in (45, 46, 47):  # three newer releases push the draft onto the second page
+            fake.add_release(f"v2026.{week}", draft=False)
+        publish(client(fake), "v2026.44", files, title="t", notes="n", target=BUILT, attempts=1)
+        for week in (48, 49):
+            fake.add_release(f"v2026.{week}", draft=False)
+        assert sorted(client(fake).tags()) == ["v2026.44", "v2026.45", "v2026.46", "v2026.47", "v2026.48", "v2026.49"]
+        rep = publish(client(fake), "v2026.44", files, title="t", notes="n", target=BUILT)
+        assert rep.skipped == [p.name for p in files] and rep.uploaded == []
+        assert uploaded(fake) == local(files)
+        pages = [p for m, p in fake.calls if m == "GET" and p.endswith("/assets")]
+        assert len(pages) >= 3  # 5 assets, 2 a page
+    finally:
+        fake.close()
+
+
+# --------------------------------------------------------------------------------------------- the client's retries
+
+
+def test_server_errors_and_resets_are_retried(fake, files, caplog):
+    caplog.set_level(logging.WARNING, logger="builders.http")
+    fake.faults = [Fault("GET", r"/releases$", "502", times=2), Fault("GET", r"/assets$", "reset"),
+                   Fault("PATCH", r"/releases/\d+$", "503")]
+    rep = publish(client(fake, backoff_factor=0.01), "v2026.48", files, title="t", notes="n")
+    assert rep.published and uploaded(fake) == local(files)
+    assert [c for c in fake.calls if c == ("GET", f"/repos/{REPO}/releases")] == [("GET", f"/repos/{REPO}/releases")] * 3
+    retried = [r.getMessage() for r in caplog.records]
+    assert sum("HTTP 502; retrying" in m for m in retried) == 2
+    assert any("ProtocolError; retrying" in m or "ConnectionResetError" in m for m in retried), retried
+    assert any("HTTP 503; retrying" in m for m in retried)
+
+
+def test_a_secondary_rate_limit_waits_as_asked(fake, files, caplog):
+    caplog.set_level(logging.WARNING, logger="builders.http")
+    fake.faults = [Fault("POST", r"/releases$", "secondary", wait=1)]  # refused: safe to repeat even a POST
+    rep = publish(client(fake), "v2026.48", files, title="t", notes="n")
+    assert rep.created and rep.published and len(fake.releases) == 1
+    posts = [t for m, p, t in fake.stamps if (m, p) == ("POST", f"/repos/{REPO}/releases")]
+    assert len(posts) == 2 and posts[1] - posts[0] >= 1.0  # the second try came after the asked wait
+    assert any("HTTP 403; retrying in 1.0 s (as the server asked)" in r.getMessage() for r in caplog.records)
+
+
+def test_a_rate_limited_upload_is_sent_again_whole(fake, tmp_path):
+    big = tmp_path / "big.tar.zst"
+    big.write_bytes(os.urandom(3 << 20))
+    fake.faults = [Fault("POST", r"/uploads/", "secondary", wait=1, query="name=big")]  # refused after the body was sent
+    rep = publish(client(fake), "v2026.48", [big], title="t", notes="n")
+    assert rep.uploaded == ["big.tar.zst"] and uploaded(fake) == local([big])  # the retry re-read the file from its start
+    assert sum(1 for m, p in fake.calls if m == "POST" and p.startswith("/uploads/")) == 2
+
+
+def test_a_used_up_rate_limit_waits_until_the_reset(fake, files, caplog):
+    caplog.set_level(logging.WARNING, logger="builders.http")
+    fake.faults = [Fault("GET", r"/releases$", "primary", wait=1)]
+    rep = publish(client(fake), "v2026.48", files, title="t", notes="n")
+    assert rep.published
+    assert any("HTTP 403; retrying in" in r.getMessage() and "as the server asked" in r.getMessage() for r in caplog.records)
+
+
+def test_a_wait_too_long_is_not_waited_but_named(fake, files):
+    fake.faults = [Fault("GET", r"/releases$", "secondary", wait=7200, times=9)]
+    with pytest.raises(PublishError, match="HTTP 403: rate limit: You have exceeded a secondary rate limit") as exc:
+        publish(client(fake, max_wait=60), "v2026.48", files, title="t", notes="n", attempts=1)
+    assert "asks to wait until" in str(exc.value)
+    assert fake.calls == [("GET", f"/repos/{REPO}/releases")]
+
+
+def test_a_plain_403_is_not_retried(fake, files):
+    fake.faults = [Fault("POST", r"/releases$", "403")]
+    with pytest.raises(PublishError, match="HTTP 403") as exc:
+        publish(client(fake), "v2026.48", files, title="t", notes="n")
+    assert "lacks permission" in str(exc.value)
+    assert [c for c in fake.calls if c[0] == "POST"] == [("POST", f"/repos/{REPO}/releases")]
+
+
+def test_retries_are_bounded(fake, files):
+    fake.faults = [Fault("GET", r"/releases$", "502", times=99)]
+    with pytest.raises(PublishError, match="HTTP 502"):
+        publish(client(fake, total=3, backoff_factor=0.01), "v2026.48", files, title="t", notes="n", attempts=2, pause=0)
+    assert len(fake.calls) == 2 * (1 + 3)  # two passes, each one try and three retries
+    assert fake.releases == {}
+
+
+def test_a_reset_during_an_upload_is_resumed_from_the_listing(fake, files):
+    fake.faults = [Fault("POST", r"/uploads/.*/assets$", "reset")]  # a POST is not repeated blindly
+    rep = publish(client(fake), "v2026.48", files, title="t", notes="n", pause=0)
+    assert rep.published and uploaded(fake) == local(files)
+    assert sum(1 for c in fake.calls if c[0] == "POST" and c[1].startswith("/uploads/")) == 4  # three + the one cut off
+
+
+# --------------------------------------------------------------------------------------------- a kill mid-upload
+
+UPLOADER = """
+import sys
+from pathlib import Path
+from builders.release.publish import GitHubReleases, publish
+publish(GitHubReleases.from_env(sys.argv[1]), "v2026.48", [Path(p) for p in sys.argv[3:]], title="t", notes="n",
+        target=sys.argv[2])
+"""
+
+
+def test_a_kill_mid_upload_is_finished_by_the_next_run(fake, tmp_path):
+    big = tmp_path / "1bit-v2026.48-linux-x86_64.tar.zst"
+    big.write_bytes(os.urandom(24 << 20))  # more than loopback buffers hold: the uploader is stuck mid-body
+    files = [tmp_path / "a.conda", big, tmp_path / "SHA256SUMS"]
+    files[0].write_bytes(b"conda")
+    files[2].write_bytes(b"sums")
+    started, proceed = fake.pause_upload(big.name)
+    env = {**os.environ, "GITHUB_TOKEN": TOKEN, "ONEBIT_GITHUB_API": fake.url, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", UPLOADER, REPO, BUILT, *map(str, files)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert started.wait(60), proc.communicate(timeout=5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        proceed.set()
+    assert proc.returncode == -signal.SIGKILL
+    [rel] = fake.releases.values()
+    assert rel["draft"] is True
+    assert {a["name"]: a["state"] for a in fake.assets.values()} == {"a.conda": "uploaded", big.name: "starter"}
+
+    rep = publish(client(fake), "v2026.48", files, title="t", notes="n", target=BUILT)
+    assert rep.resumed and rep.published and rep.skipped == ["a.conda"] and rep.uploaded == [big.name, "SHA256SUMS"]
+    assert list(fake.releases) == [rel["id"]] and fake.releases[rel["id"]]["draft"] is False
+    assert uploaded(fake) == local(files)  # every asset exactly once, with the right bytes
+
+
+def test_two_releases_with_one_tag_are_named(fake, files):
+    fake.add_release("v2026.48", draft=True)
+    fake.add_release("v2026.48", draft=True)
+    with pytest.raises(PublishError, match="2 releases of .* carry the tag v2026.48"):
+        publish(client(fake), "v2026.48", files, title="t", notes="n")

@@ -57,3 +57,20 @@ def test_version_and_build_number(t, version, build):
 def test_bad_tags(bad):
     with pytest.raises(OnebitError):
         tag.parse(bad)
+
+
+@pytest.mark.parametrize("published, drafts, expected", [
+    ([], [], "v2026.48"),
+    (["v2026.47"], ["v2026.47.1"], "v2026.48"),                 # last week's draft is not this week's run
+    ([], ["v2026.48"], "v2026.48"),                             # an interrupted run: its draft is resumed, same tag
+    (["v2026.48"], [], "v2026.48.1"),                           # published: taken, so a respin
+    (["v2026.48"], ["v2026.48.1"], "v2026.48.1"),               # an interrupted respin is resumed
+    (["v2026.48", "v2026.48.1"], [], "v2026.48.2"),
+    (["v2026.48.1"], ["v2026.48"], "v2026.48.2"),               # a draft older than a published respin is stale: taken
+    (["v2026.48"], ["v2026.48.1", "v2026.48.2"], "v2026.48.2"),  # the newest open draft
+    ([], ["v2026.480", "nightly"], "v2026.48"),                 # other names are ignored
+    (["v2026.48"], ["v2026.49"], "v2026.48.1"),
+])
+def test_release_tag_resumes_a_draft_and_respins_a_published_release(published, drafts, expected):
+    assert tag.release_tag(D(2026, 11, 29), published, drafts) == expected
+    assert tag.release_tag(D(2026, 11, 29), published) == tag.next_tag(D(2026, 11, 29), published)  # no drafts: as before

@@ -105,22 +105,28 @@ def patch_changes(repo: Path, prev: str | None, rev: str | None = "HEAD") -> dic
     return {k: sorted(v) for k, v in result.items()}
 
 
+HELD_FOR = ("failure", "pending", "hardware", "conflict")
+
+
 @dataclass(frozen=True)
 class BumpResult:
     branch: str
-    failed_step: str | None = None
+    failed_step: str | None = None  # None: merged
     log: str = ""
+    held_for: str | None = None  # failure (default when held) | pending (CI not done) | hardware (checklist not passed
+    #                              on its runner yet) | conflict (does not merge cleanly); see builders/release/bumps.py
 
 
 def bump_entries(results: Sequence[BumpResult], tail: int = LOG_TAIL) -> list[dict]:
-    """Pure: passing bump branches are merged; failing ones are held with the step and the last lines of its log."""
+    """Pure: passing bump branches are merged; the others are held with the step, why, and the last lines of its log."""
     out = []
     for r in sorted(results, key=lambda r: r.branch):
         if r.failed_step is None:
             out.append({"branch": r.branch, "result": "merged", "why": None})
         else:
+            held_for = r.held_for if r.held_for in HELD_FOR else "failure"
             out.append({"branch": r.branch, "result": "held",
-                        "why": {"step": r.failed_step, "log": r.log.splitlines()[-tail:]}})
+                        "why": {"step": r.failed_step, "held_for": held_for, "log": r.log.splitlines()[-tail:]}})
     return out
 
 

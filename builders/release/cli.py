@@ -66,28 +66,29 @@ def _built(args, project, name: str, tag: str, *, build: bool):
 
 def cmd_release(args) -> int:
     import datetime as dt
-    import json
 
     from .. import config
     from ..package import source_date
-    from . import changes, flow
+    from . import bumps as bump_merge
+    from . import flow
     from . import tag as tags
-    from .publish import GitHubReleases, publish
+    from .publish import GitHubReleases, built_commit, publish, release_tags
 
     project = config.load_project(args.root)
     cfg = flow.load_config(project.root)
     client = GitHubReleases.from_env(cfg.repo)
     today = dt.date.fromisoformat(args.date) if args.date else dt.datetime.now(dt.UTC).date()
-    existing = client.tags() if args.publish else flow.local_tags(project.root)
-    the_tag = args.tag or tags.next_tag(today, existing)
+    # a published release's tag is taken (respin); this week's unpublished draft is this run's, resumed (tag.release_tag)
+    existing, drafts = release_tags(client) if args.publish else (flow.local_tags(project.root), [])
+    the_tag = args.tag or tags.release_tag(today, existing, drafts)
     tags.parse(the_tag)
-    if args.tag is None and args.built_from and args.publish:
-        # the assemble step and the publish step of one CI run must agree on the tag: reuse an unpublished draft's
-        the_tag = _draft_or(client, today, the_tag)
-    bumps = []
-    if args.bumps:
-        bumps = [changes.BumpResult(b["branch"], b.get("failed_step"), b.get("log", ""))
-                 for b in json.loads(Path(args.bumps).read_text())]
+    bumps = bump_merge.load(args.bumps) if args.bumps else []
+    merged = None
+    if args.merge_bumps:  # passing bump branches are merged before the build; the held ones are recorded
+        merged = bump_merge.merge_passing(project.root, log=lambda m: console.print(m, highlight=False))
+        bumps += merged.results
+        project = config.load_project(project.root)
+    target = args.target or (built_commit(project.root) if args.publish else None)  # the commit the bundles are built from
     built = [_built(args, project, name, the_tag, build=not args.built_from) for name in args.bundles]
     out = Path(args.release_out or project.root / ".onebit" / "release" / the_tag).resolve()
     files = flow.assemble(root=project.root, out=out, tag=the_tag, previous_tag=flow.previous(existing, the_tag),
@@ -98,18 +99,13 @@ def cmd_release(args) -> int:
         print(f"{f.stat().st_size:>12}  {f.name}")
     console.print(f"[green]release {the_tag}[/]: {len(files)} files in {out}", highlight=False)
     if args.publish:
-        rep = publish(client, the_tag, files, title=f"1bit engine {the_tag}", notes=(out / "notes.md").read_text())
-        console.print(f"[green]published[/] {rep.release_url}: {len(rep.uploaded)} uploaded, {len(rep.skipped)} "
-                      "already there", highlight=False)
+        if merged and merged.ahead():  # the release points at the built commit, so it must be on GitHub first
+            console.print(f"pushed {merged.push()} to {merged.base}", highlight=False)
+        rep = publish(client, the_tag, files, title=f"1bit engine {the_tag}", notes=(out / "notes.md").read_text(),
+                      target=target)
+        console.print(f"[green]published[/] {rep.release_url}{' (resumed draft)' if rep.resumed else ''}: "
+                      f"{len(rep.uploaded)} uploaded, {len(rep.skipped)} already there", highlight=False)
     return 0
-
-
-def _draft_or(client, today, fallback: str) -> str:
-    from . import tag as tags
-
-    base = tags.week_tag(today)
-    drafts = [r["tag_name"] for r in client.releases() if r.get("draft") and r["tag_name"].startswith(base)]
-    return max(drafts, key=tags.parse) if drafts else fallback
 
 
 def layout_cache(args) -> Path:
@@ -127,10 +123,17 @@ def register(sub) -> None:
     r.add_argument("bundles", nargs="+", metavar="BUNDLE")
     r.add_argument("--out", dest="release_out", metavar="DIR", help="the release directory (default: .onebit/release/TAG)")
     r.add_argument("--publish", action="store_true", help="publish to GitHub Releases (GITHUB_TOKEN; repo from release.yaml)")
-    r.add_argument("--tag", help="the release tag (default: v<ISO year>.<ISO week>, respun as .1, .2 when it exists)")
+    r.add_argument("--tag", help="the release tag (default: v<ISO year>.<ISO week>, respun as .1, .2 when published; "
+                   "with --publish, this week's unpublished draft is resumed under its tag)")
     r.add_argument("--date", help="the release date, YYYY-MM-DD (default: today, UTC)")
     r.add_argument("--from", dest="built_from", metavar="DIR", help="use bundles already built in DIR/<bundle> (CI)")
-    r.add_argument("--bumps", metavar="JSON", help="bump results: [{branch, failed_step, log}]")
+    r.add_argument("--bumps", metavar="JSON", help="bump results: [{branch, failed_step, log, held_for}] "
+                   "(what `python -m builders.release.bumps merge --json` writes)")
+    r.add_argument("--merge-bumps", action="store_true",
+                   help="merge the passing bump/<pin>-<sha12> pull requests into this checkout before building; "
+                        "record the held ones (pushed to the base branch with --publish)")
+    r.add_argument("--target", metavar="COMMIT", help="the commit the bundles were built from, which the release points "
+                   "at (default: HEAD of the checkout, which must be clean)")
     r.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
     r.set_defaults(func=cmd_release)
 

@@ -2,6 +2,14 @@
 from __future__ import annotations
 
 
+HELD = {
+    "failure": "failed at step `{step}`",
+    "pending": "CI has not finished (`{step}`)",
+    "hardware": "waits for its hardware checklist to pass on its runner (`{step}`)",
+    "conflict": "does not merge cleanly into the release (`{step}`)",
+}
+
+
 def _short(commit: str | None) -> str:
     return commit[:12] if commit else "unresolved"
 
@@ -40,7 +48,7 @@ def render(changes: dict, max_titles: int = 15) -> str:
     if not held:
         lines += ["Nothing was held back.", ""]
     for b in held:
-        lines.append(f"- `{b['branch']}`: failed at step `{b['why']['step']}`")
+        lines.append(f"- `{b['branch']}`: {HELD[b['why'].get('held_for') or 'failure'].format(step=b['why']['step'])}")
         if b["why"]["log"]:
             lines += ["", "  ```", *("  " + x for x in b["why"]["log"]), "  ```"]
     lines.append("")

@@ -1,119 +1,184 @@
-"""Publish a release directory to GitHub Releases over REST: draft, upload, publish. Re-runs are idempotent.
+"""Publish a release directory to GitHub Releases: draft, upload, verify, publish. A re-run resumes; nothing is replaced.
 
-- the release is found by tag among all releases (drafts included) or created as a draft;
+- the release is found by tag among all releases, drafts included (every page), or created as a draft at the commit
+  that was built (`target_commitish`); a draft or release found for the tag must point at that same commit;
 - an asset already uploaded with the same sha256 is skipped; one with other bytes is an error (nothing is replaced);
 - an upload left half-done (state `starter`) is deleted and uploaded again;
-- only when every asset is there is the draft published, so an interrupted run is resumed by running it again.
+- only when every asset is there exactly once, uploaded, with the local bytes, is the draft published, so an
+  interrupted run (a kill, a lost connection) is finished by running the same command again.
+
+The HTTP is the shared GitHub client (builders/github.py): 5xx answers to idempotent calls, rate limits and broken
+connections are retried there. A POST (create, upload) is never repeated blindly; when one fails for a passing reason,
+publish() starts over from the listing, which is exactly what a re-run does, at most `attempts` times.
 The API base is $ONEBIT_GITHUB_API (tests point it at 127.0.0.1), the token $GITHUB_TOKEN.
 """
 from __future__ import annotations
 
 import hashlib
-import os
+import logging
+import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import requests
-
+from .. import http
 from ..config import file_sha256 as _sha256
 from ..errors import OnebitError
+from ..github import GitHub
 
-GITHUB_API = "https://api.github.com"
+log = logging.getLogger("builders.release.publish")
 
 
 class PublishError(OnebitError):
     pass
 
 
-
 @dataclass
 class Report:
     release_url: str = ""
+    tag: str = ""
     created: bool = False
+    resumed: bool = False  # an unpublished draft was found and finished
     uploaded: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     published: bool = False
 
 
+class _Hasher:
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+
+    def write(self, block: bytes) -> None:
+        self.h.update(block)
+
+
 class GitHubReleases:
-    def __init__(self, repo: str, *, token: str | None, api: str | None = None, session: requests.Session | None = None):
+    """The Releases API of one repository, on the shared client."""
+
+    def __init__(self, repo: str, *, token: str | None = None, api: str | None = None, client: GitHub | None = None):
         self.repo = repo
-        self.api = (api or GITHUB_API).rstrip("/")
-        self.http = session or requests.Session()
-        self.http.headers.update({"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"})
-        if token:
-            self.http.headers["Authorization"] = f"Bearer {token}"
+        self.gh = client or GitHub(api, token)
 
     @classmethod
     def from_env(cls, repo: str, env: Mapping[str, str] | None = None) -> GitHubReleases:
-        env = os.environ if env is None else env
-        return cls(repo, token=env.get("GITHUB_TOKEN"), api=env.get("ONEBIT_GITHUB_API"))
-
-    def _call(self, method: str, url: str, *, ok=(200, 201, 204), **kw) -> requests.Response:
-        url = url if url.startswith("http") else f"{self.api}{url}"
-        try:
-            resp = self.http.request(method, url, timeout=600, **kw)
-        except requests.RequestException as exc:
-            raise PublishError(f"{method} {url}: {exc}", hint="run the same command again to resume") from None
-        if resp.status_code not in ok:
-            raise PublishError(f"{method} {url}: HTTP {resp.status_code} {resp.text[:300]}",
-                               hint="check GITHUB_TOKEN (contents: write) and the repository; then run again to resume")
-        return resp
+        return cls(repo, client=GitHub.from_env(env))
 
     def releases(self) -> list[dict]:
-        out, page = [], 1
-        while True:
-            batch = self._call("GET", f"/repos/{self.repo}/releases", params={"per_page": 100, "page": page}).json()
-            out += batch
-            if len(batch) < 100:
-                return out
-            page += 1
+        return list(self.gh.pages(f"/repos/{self.repo}/releases"))
 
     def tags(self) -> list[str]:
         return [r["tag_name"] for r in self.releases()]
 
     def find(self, tag: str) -> dict | None:
-        return next((r for r in self.releases() if r["tag_name"] == tag), None)
+        found = [r for r in self.releases() if r["tag_name"] == tag]
+        if len(found) > 1:
+            raise PublishError(f"{len(found)} releases of {self.repo} carry the tag {tag} (ids "
+                               f"{', '.join(str(r['id']) for r in found)})",
+                               hint="delete the extra drafts on GitHub, then run the same command again")
+        return found[0] if found else None
+
+    def create(self, tag: str, *, title: str, notes: str, target: str | None) -> dict:
+        body = {"tag_name": tag, "name": title, "body": notes, "draft": True, "prerelease": False}
+        if target:
+            body["target_commitish"] = target
+        return self.gh.json("POST", f"/repos/{self.repo}/releases", json=body)
 
     def assets(self, release: dict) -> list[dict]:
-        return self._call("GET", f"/repos/{self.repo}/releases/{release['id']}/assets", params={"per_page": 100}).json()
+        return list(self.gh.pages(f"/repos/{self.repo}/releases/{release['id']}/assets"))
 
     def asset_sha256(self, asset: dict) -> str:
         digest = asset.get("digest") or ""
         if digest.startswith("sha256:"):
             return digest.removeprefix("sha256:")
-        resp = self._call("GET", f"/repos/{self.repo}/releases/assets/{asset['id']}",
-                          headers={"Accept": "application/octet-stream"}, stream=True)
-        h = hashlib.sha256()
-        for chunk in resp.iter_content(1 << 20):
-            h.update(chunk)
-        return h.hexdigest()
+        sink = _Hasher()
+        self.gh.download(f"/repos/{self.repo}/releases/assets/{asset['id']}", sink,
+                         headers={"Accept": "application/octet-stream"})
+        return sink.h.hexdigest()
 
     def upload(self, release: dict, path: Path) -> dict:
         url = release["upload_url"].split("{", 1)[0]
         with open(path, "rb") as f:
-            return self._call("POST", url, params={"name": path.name}, data=f,
-                              headers={"Content-Type": "application/octet-stream",
-                                       "Content-Length": str(path.stat().st_size)}).json()
+            return self.gh.json("POST", url, params={"name": path.name}, data=f, timeout=(15, 600),
+                                headers={"Content-Type": "application/octet-stream",
+                                         "Content-Length": str(path.stat().st_size)})
+
+    def delete_asset(self, asset: dict) -> None:
+        self.gh.request("DELETE", f"/repos/{self.repo}/releases/assets/{asset['id']}")
+
+    def publish(self, release: dict, *, title: str, notes: str) -> dict:
+        return self.gh.json("PATCH", f"/repos/{self.repo}/releases/{release['id']}",
+                            json={"draft": False, "make_latest": "true", "name": title, "body": notes})
+
+
+def release_tags(client: GitHubReleases) -> tuple[list[str], list[str]]:
+    """(published tags, draft tags) of the release store, for tag.release_tag."""
+    releases = client.releases()
+    return [r["tag_name"] for r in releases if not r.get("draft")], [r["tag_name"] for r in releases if r.get("draft")]
+
+
+def built_commit(root: Path, *, clean: bool = True) -> str:
+    """The commit a checkout's build is from: HEAD, refused (with `clean`) when tracked files differ from it."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+
+    head = git("rev-parse", "--verify", "HEAD^{commit}")
+    if head.returncode != 0:
+        raise PublishError(f"{root} is not a git checkout with a commit: the release must point at the commit it was "
+                           "built from", hint="publish from a clone of the repository, or pass --target COMMIT")
+    if clean:
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.splitlines()
+        if dirty:
+            raise PublishError(f"{root} has uncommitted changes ({', '.join(d[3:] for d in dirty[:3])}"
+                               f"{', ...' if len(dirty) > 3 else ''}): what was built is not a commit",
+                               hint="commit or stash them and build again, or pass --target COMMIT")
+    return head.stdout.strip()
+
+
+def _target_problem(release: dict, tag: str, target: str | None) -> str | None:
+    """Pure: why a release found for the tag cannot be this run's (it points elsewhere), or None."""
+    have = release.get("target_commitish")
+    if not target or have == target:
+        return None
+    what = "draft" if release.get("draft") else "published release"
+    return f"the {what} {tag} (id {release.get('id')}) points at {have!r}, but this run built {target}"
 
 
 def publish(client: GitHubReleases, tag: str, files: Sequence[Path], *, title: str, notes: str,
-            target: str | None = None) -> Report:
-    """Create (or find) the draft for `tag`, upload what is missing, then publish it. Safe to run again."""
-    report = Report()
+            target: str | None = None, attempts: int = 3, pause: float = 5.0) -> Report:
+    """Create (or find) the draft for `tag` at `target`, upload what is missing, verify, then publish. Safe to run
+    again; a passing failure (a server error, a lost connection, a rate limit) starts over from the listing."""
     names = [p.name for p in files]
     if len(set(names)) != len(names):
-        raise PublishError(f"two release assets share a name: {sorted(n for n in names if names.count(n) > 1)}")
+        raise PublishError(f"two release assets share a name: {sorted({n for n in names if names.count(n) > 1})}")
+    local = {p.name: _sha256(p) for p in files}
+    report = Report(tag=tag)
+    for attempt in range(1, attempts + 1):
+        try:
+            return _publish_once(client, tag, files, local, title=title, notes=notes, target=target, report=report)
+        except http.HTTPError as exc:
+            if not exc.transient or attempt == attempts:
+                raise PublishError(exc.what, where=exc.where,
+                                   hint=exc.hint or "fix the cause, then run the same command again to resume") from None
+            log.warning("publish %s: %s; starting over from the listing (attempt %d of %d)", tag, exc.what, attempt + 1,
+                        attempts)
+            time.sleep(pause * attempt)
+    raise AssertionError("unreachable")
+
+
+def _publish_once(client: GitHubReleases, tag: str, files: Sequence[Path], local: Mapping[str, str], *, title: str,
+                  notes: str, target: str | None, report: Report) -> Report:
     release = client.find(tag)
     if release is None:
-        body = {"tag_name": tag, "name": title, "body": notes, "draft": True, "prerelease": False}
-        if target:
-            body["target_commitish"] = target
-        release = client._call("POST", f"/repos/{client.repo}/releases", json=body).json()
+        release = client.create(tag, title=title, notes=notes, target=target)
         report.created = True
+    else:
+        problem = _target_problem(release, tag, target)
+        if problem:
+            raise PublishError(problem, hint="delete that draft on GitHub, or release this commit under the next tag "
+                                             "(--tag); a release never moves to another commit")
+        report.resumed = report.resumed or (bool(release.get("draft")) and not report.created)
     present = {a["name"]: a for a in client.assets(release)}
-    local = {p.name: _sha256(p) for p in files}
     # refuse before uploading anything when an uploaded asset has other bytes
     for name, digest in local.items():
         asset = present.get(name)
@@ -123,15 +188,40 @@ def publish(client: GitHubReleases, tag: str, files: Sequence[Path], *, title: s
     for path in files:
         asset = present.get(path.name)
         if asset and asset.get("state", "uploaded") == "uploaded":
-            report.skipped.append(path.name)
+            if path.name not in report.uploaded and path.name not in report.skipped:
+                report.skipped.append(path.name)
             continue
         if asset:  # a half-done upload from an interrupted run
-            client._call("DELETE", f"/repos/{client.repo}/releases/assets/{asset['id']}")
-        client.upload(release, path)
+            client.delete_asset(asset)
+        log.info("upload %s", path.name)
+        got = client.upload(release, path)
+        digest = (got or {}).get("digest") or ""
+        if digest.startswith("sha256:") and digest.removeprefix("sha256:") != local[path.name]:
+            client.delete_asset(got)
+            raise PublishError(f"GitHub holds other bytes for {path.name} than were uploaded ({digest})",
+                               hint="the upload was damaged on the way; run the same command again")
         report.uploaded.append(path.name)
     if release.get("draft", True):
-        release = client._call("PATCH", f"/repos/{client.repo}/releases/{release['id']}",
-                               json={"draft": False, "make_latest": "true"}).json()
+        _verify(client, release, tag, local, {p.name: p.stat().st_size for p in files})
+        release = client.publish(release, title=title, notes=notes)
         report.published = True
     report.release_url = release.get("html_url", "")
     return report
+
+
+def _verify(client: GitHubReleases, release: dict, tag: str, local: Mapping[str, str], sizes: Mapping[str, int]) -> None:
+    """Every file once, uploaded, with the local size and (where GitHub gives a digest) sha256, before the draft goes
+    public. Nothing is downloaded here: an asset without a digest is checked by size."""
+    assets = client.assets(release)
+    names = [a["name"] for a in assets]
+    problems = [f"{n} is missing" for n in local if n not in names]
+    problems += [f"{n} is there {names.count(n)} times" for n in sorted(set(names)) if names.count(n) > 1]
+    for a in assets:
+        name, digest = a["name"], a.get("digest") or ""
+        if a.get("state", "uploaded") != "uploaded":
+            problems.append(f"{name} is {a.get('state')}")
+        elif name in local and (a.get("size", sizes[name]) != sizes[name]
+                                or (digest.startswith("sha256:") and digest.removeprefix("sha256:") != local[name])):
+            problems.append(f"{name} has other bytes")
+    if problems:
+        raise PublishError(f"draft {tag} is not complete: {'; '.join(problems)}", hint="run the same command again")

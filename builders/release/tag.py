@@ -1,4 +1,5 @@
-"""The release tag `v<ISO year>.<ISO week>` (`date +%G.%V`), respins `.1`, `.2`, and the bundle version it implies."""
+"""The release tag `v<ISO year>.<ISO week>` (`date +%G.%V`), respins `.1`, `.2`, resuming a draft, and the bundle version
+it implies. Pure functions."""
 from __future__ import annotations
 
 import datetime as dt
@@ -24,6 +25,26 @@ def next_tag(day: dt.date, existing: Iterable[str]) -> str:
         return base
     respins = [int(m["respin"]) for t in taken if (m := TAG_RE.match(t)) and m["respin"] and t.startswith(base + ".")]
     return f"{base}.{max(respins, default=0) + 1}"
+
+
+def release_tag(day: dt.date, published: Iterable[str], drafts: Iterable[str] = ()) -> str:
+    """This run's tag, from the release store.
+
+    A published release's tag is taken: the run gets the next respin. An unpublished draft of this week whose tag is
+    newer than every published tag of the week is this week's interrupted run: its tag is reused, so a re-run resumes
+    that draft instead of starting a respin. A draft older than a published tag is stale and counts as taken; drafts of
+    other weeks and other names are ignored."""
+    base = week_tag(day)
+    published, drafts = list(published), list(drafts)
+
+    def this_week(tags: list[str]) -> list[str]:
+        return [t for t in tags if t == base or (t.startswith(base + ".") and TAG_RE.match(t))]
+
+    newest = max(this_week(published), key=parse, default=None)
+    open_drafts = [t for t in this_week(drafts) if newest is None or parse(t) > parse(newest)]
+    if open_drafts:
+        return max(open_drafts, key=parse)
+    return next_tag(day, [*published, *drafts])
 
 
 def parse(tag: str) -> tuple[int, int, int]:
