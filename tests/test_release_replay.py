@@ -146,6 +146,8 @@ def test_the_job_graph_runs_and_the_final_job_builds_nothing(replay):
     [release] = fake.releases.values()
     assert (release["tag_name"], release["draft"]) == (tag, False)
     assert sorted(a["name"] for a in fake.assets.values()) == names
+    # what was attested is what was published (the publish step assembled the same bytes again)
+    assert {a["name"]: a["digest"].removeprefix("sha256:") for a in fake.assets.values()} == rel.attested
     assert release["body"] == (dist / "notes.md").read_text()
 
 

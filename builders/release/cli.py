@@ -134,7 +134,10 @@ def cmd_release(args) -> int:
     with tempfile.TemporaryDirectory(prefix=".assemble-", dir=out.parent) as scratch:
         built = composed_bundles(project, cfg, args.bundles, parts, version=version, build_number=build_number,
                                  scratch=Path(scratch))
-        files = flow.assemble(root=project.root, out=out, tag=the_tag, previous_tag=flow.previous(existing, the_tag),
+        # CI's assemble and publish steps must write the same bytes (the first is attested): both read the previous
+        # release from the checkout's tags then, not one from git and the other from the release store
+        history = flow.local_tags(project.root) if args.built_from else existing
+        files = flow.assemble(root=project.root, out=out, tag=the_tag, previous_tag=flow.previous(history, the_tag),
                               date=today, config=cfg, built=built,
                               git_cache=lambda c: layout_cache(args) / "git" / f"{c}.git",
                               mtime=int(source_date().timestamp()), bumps=bumps)
