@@ -554,7 +554,6 @@ class Replay:
                         pending.remove(job)
                     elif all(r.status == "success" for r in deps):
                         pending.remove(job)
-                        self.results[job.key].started = time.monotonic() - self.t0
                         running[job.key] = pool.submit(self._timed, job)
                 if not running:
                     if pending:
@@ -567,6 +566,7 @@ class Replay:
         return self.results
 
     def _timed(self, job: Job) -> JobResult:
+        self.results[job.key].started = time.monotonic() - self.t0  # when a runner took it, not when it was queued
         try:
             return self.run_job(job)
         except Exception as exc:  # a replay fault: the job failed, say why

@@ -192,15 +192,15 @@ def cmd_release_part(args) -> int:
 
     project = config.load_project(args.root)
     tags.parse(args.tag)
+    recipes = _words(args.checklist)
+    unknown = [r for r in recipes if r not in project.recipes]
+    if unknown:  # before building anything
+        raise OnebitError(f"--checklist {unknown[0]}: no such recipe", hint=f"recipes: {', '.join(sorted(project.recipes))}")
     only = set(_words(args.only)) or None
     out = build_part(args, project, args.bundle, version=tags.version(args.tag), build_number=tags.build_number(args.tag),
                      only=only, overrides=parse_overrides(_words(args.set)))
-    recipes = _words(args.checklist)
     if not recipes:
         return 0
-    unknown = [r for r in recipes if r not in project.recipes]
-    if unknown:
-        raise OnebitError(f"--checklist {unknown[0]}: no such recipe", hint=f"recipes: {', '.join(sorted(project.recipes))}")
     model = args.model or os.environ.get(checklist.MODEL_ENV) or None
     with tempfile.TemporaryDirectory(prefix="onebit-gate-") as tmp:
         prefix = Path(tmp) / "prefix"

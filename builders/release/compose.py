@@ -120,8 +120,9 @@ def wants_of(plan: Plan) -> list[Want]:
         if step.action != "package":
             continue
         stage = next(plan.step(n) for n in step.needs if n.startswith("stage:"))
-        out.append(Want(variant=stage.data.variant, file=step.data.file.name, package=step.data.name, build_string=step.data.build_string,
-                        backend=stage.data.backend, entry=stage.data.manifest_entry))
+        out.append(Want(variant=stage.data.variant, file=step.data.file.name, package=step.data.name,
+                        build_string=step.data.build_string, backend=stage.data.backend,
+                        entry=stage.data.manifest_entry))
     return out
 
 
