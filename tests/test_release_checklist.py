@@ -90,7 +90,8 @@ def _prefix(tmp_path: Path, backends: dict) -> Path:
     return prefix
 
 
-LISTS_VULKAN = "#!/bin/sh\n[ \"$1\" = --list-devices ] && printf 'Available devices:\\n  Vulkan0: RADV (1 MiB, 1 MiB free)\\n'\nexit 0\n"
+LISTS_VULKAN = ("#!/bin/sh\n[ \"$1\" = --list-devices ] && "
+                "printf 'Available devices:\\n  Vulkan0: RADV (1 MiB, 1 MiB free)\\n'\nexit 0\n")
 
 
 def test_gate_uses_the_manifest_runs_1bit_check_and_records_each_item(tmp_path, monkeypatch):
@@ -110,7 +111,8 @@ def test_gate_uses_the_manifest_runs_1bit_check_and_records_each_item(tmp_path, 
     assert doc["items"][2]["argv"] == [str(prefix.resolve() / "libexec/onebit/vulkan/bin/llama-server"), "--list-devices"]
     assert doc["passed"] is True
     # a device the build claims but the runner does not see fails `1bit check`, and so the gate
-    prefix2 = _prefix(tmp_path / "b", {"vulkan": ("vulkan", "llama-server", ["Vulkan0"], "#!/bin/sh\necho 'Available devices:'\n")})
+    blind = "#!/bin/sh\necho 'Available devices:'\n"
+    prefix2 = _prefix(tmp_path / "b", {"vulkan": ("vulkan", "llama-server", ["Vulkan0"], blind)})
     doc = checklist.gate(tmp_path, prefix2, ["vulkan"], "/m/q.gguf", say=lambda m: None)
     assert doc["items"][0]["result"] == "fail" and doc["passed"] is False
 

@@ -32,7 +32,8 @@ def plan_only_prefix(dest: Path, tc: Path) -> Path:
     project = config.load_project(ROOT)
     tools = {t.key: ToolFact(t.key, f"{tc}/{t.env or 'bin'}/{t.path or t.tool}", True, "99.0", f"{tc}/{t.env}" if t.env else None)
              for t in all_tools(project, "strix")}
-    plan = make_plan(project, "strix", HostFacts(tools=tools), Layout(root=ROOT, cache=dest / "c", work=dest / "w", out=dest / "o"))
+    layout = Layout(root=ROOT, cache=dest / "c", work=dest / "w", out=dest / "o")
+    plan = make_plan(project, "strix", HostFacts(tools=tools), layout)
     prefix = dest / "prefix"
     backends = {}
     for step in plan.steps:
