@@ -160,6 +160,10 @@ def release(session: nox.Session) -> None:
 
         nox -s release                      # the CPU bundle, into .onebit/release/<tag>
         nox -s release -- cpu strix --publish --out dist
+        nox -s release -- cpu nvidia strix --from built --tag v2026.48 --out dist   # what release.yml's last job runs
+
+    In CI (.github/workflows/release.yml) the same command assembles from the parts the build jobs uploaded
+    (`1bit-build release-part`), building nothing; tests/test_release_replay.py replays that job graph here.
     """
     session.install(*DEPS)
     session.run("1bit-build", "release", *(session.posargs or ["cpu"]))

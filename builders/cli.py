@@ -14,7 +14,7 @@ from . import config, host
 from .errors import OnebitError
 from .plan import all_tools, make_plan
 from .plan_types import Plan
-from .session import default_cache, layout_for, locked, preflight, refuse
+from .session import default_cache, layout_for, locked, parse_overrides, preflight, refuse
 
 console = Console(stderr=True)
 
@@ -28,18 +28,6 @@ def _plan(args) -> tuple[config.Project, Plan]:
     plan = make_plan(project, args.bundle, facts, lay, build_number=args.build_number, only=only,
                      overrides=parse_overrides(getattr(args, "set", None) or []))
     return project, plan
-
-
-def parse_overrides(items: list[str]) -> dict[str, dict[str, str]]:
-    """`--set RECIPE.OPTION=VALUE` (or VARIANT.OPTION=VALUE), repeatable -> {target: {option: value}}."""
-    out: dict[str, dict[str, str]] = {}
-    for item in items:
-        target, dot, rest = item.partition(".")
-        option, eq, value = rest.partition("=")
-        if not (dot and eq and target and option):
-            raise OnebitError(f"--set {item!r}: expected RECIPE.OPTION=VALUE, e.g. cuda.CMAKE_CUDA_ARCHITECTURES=90-real")
-        out.setdefault(target, {})[option] = value
-    return out
 
 
 def print_plan(plan: Plan) -> None:

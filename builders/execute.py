@@ -14,13 +14,13 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import companions, elf, fetch, manifest, package, patch, stage, swap, tarball
+from . import bundle, companions, elf, fetch, manifest, package, patch, stage, swap, toolchain_record
 from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
 from .plan import clobbers
 from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, SourceData, StageData, Step,
-                         SubmodulesData, ToolchainData, WheelsData, digest)
+                         SubmodulesData, ToolchainData, WheelsData)
 from . import licenses
 from .stage import KEY_FILE
 
@@ -272,10 +272,11 @@ class Executor:
         meta = self.plan.step("bundle:metapackage")
         return Path(meta.data.out) / package.conda_filename(meta.data.name, self.plan.version, self._meta_build_string())
 
+    def _meta_depends(self) -> list[str]:
+        return [bundle.pin_spec(s.data.name, s.data.version, s.data.build_string) for s in self._package_steps()]
+
     def _meta_build_string(self) -> str:
-        """From what the metapackage pins (path-independent), not from its cache key (which holds work paths)."""
-        depends = sorted(f"{s.data.name} =={s.data.version} {s.data.build_string}" for s in self._package_steps())
-        return f"h{digest('meta-build', self.plan.bundle, depends)[:7]}_{self.plan.build_number}"
+        return bundle.meta_build_string(self.plan.bundle, self._meta_depends(), self.plan.build_number)
 
     def _check_clobbers(self) -> None:
         """Two packages of the bundle never install the same path: a build error naming both, not conda's warning."""
@@ -294,14 +295,13 @@ class Executor:
         doc = self._manifest()
         text = manifest.dumps(doc)
         (nxt / "manifest.json").write_text(text)
-        depends = [f"{s.data.name} =={s.data.version} {s.data.build_string}" for s in self._package_steps()]
-        with_files = self.layout.work / "meta-files"
-        shutil.rmtree(with_files, ignore_errors=True)
-        (with_files / "share" / "onebit").mkdir(parents=True)
-        (with_files / manifest.MANIFEST_PATH).write_text(text)
-        package.assemble(name=step.data.name, version=self.plan.version, build_string=self._meta_build_string(),
-                         build_number=self.plan.build_number, files_dir=with_files, out_dir=Path(step.data.out),
-                         platform=self.plan.platform, license="Apache-2.0", summary=step.data.summary, depends=depends)
+        # what this build knew (toolchain versions, sources, dropped shader features) travels beside its bundle
+        facts = toolchain_record.probe(toolchain_record.tools_of(self.plan, self.project), self.layout.cache / "toolchains")
+        record = toolchain_record.for_plan(self.plan, self.project, facts, lambda d: _notes(Path(d)))
+        (nxt / toolchain_record.FILE).write_text(toolchain_record.dumps(record))
+        bundle.write_metapackage(bundle=self.plan.bundle, version=self.plan.version, build_number=self.plan.build_number,
+                                 platform=self.plan.platform, summary=step.data.summary, depends=self._meta_depends(),
+                                 manifest_text=text, out_dir=Path(step.data.out), scratch=self.layout.work / "meta-files")
 
     def _conda_files(self) -> list[Path]:
         return [s.data.file for s in self._package_steps()] + [self._meta_file()]
@@ -312,13 +312,7 @@ class Executor:
     def _do_tarball(self, step: Step, progress, task) -> None:
         trees = [Path(s.data.prefix) for s in self._package_steps()]
         text = (self.layout.next_out() / "manifest.json").read_bytes()  # written by the metapackage step
-        out = Path(step.data.dir)
-        top = out.name.removesuffix(".tar.zst")
-        entries = {}
-        for tree in trees:  # two packages never install one path (checked at the metapackage step)
-            entries.update(tarball.tree_entries(tree))
-        entries[manifest.MANIFEST_PATH] = tarball.Entry(data=text)
-        tarball.write(out, top, entries, mtime=int(package.source_date().timestamp()))
+        bundle.write_tarball(Path(step.data.dir), trees, text, mtime=int(package.source_date().timestamp()))
 
     def _do_checksums(self, step: Step, progress, task) -> None:
         f = Path(step.data.dir)

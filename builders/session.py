@@ -69,3 +69,13 @@ def locked(lay: Layout, *, out: bool = True):
     return lock.hold_all(_dirs(lay, out), say=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
 
 
+def parse_overrides(items: list[str]) -> dict[str, dict[str, str]]:
+    """`--set RECIPE.OPTION=VALUE` (or VARIANT.OPTION=VALUE), repeatable -> {target: {option: value}}."""
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        target, dot, rest = item.partition(".")
+        option, eq, value = rest.partition("=")
+        if not (dot and eq and target and option):
+            raise OnebitError(f"--set {item!r}: expected RECIPE.OPTION=VALUE, e.g. cuda.CMAKE_CUDA_ARCHITECTURES=90-real")
+        out.setdefault(target, {})[option] = value
+    return out

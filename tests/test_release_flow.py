@@ -43,8 +43,11 @@ def world(tmp_path):
                              tarballs.tree_entries(prefix), mtime=0)
     pkg = tmp_path / "onebit-cpu-2026.48-cpu_habc_0.conda"
     pkg.write_bytes(b"conda")
-    built = flow.BuiltBundle(name="cpu", tarball=tarball, packages=[pkg], pins=["llama.cpp"],
-                             toolchain={"gcc": "12.2.0"})
+    records = {"cpu": {"package": "onebit-cpu", "build_string": "cpu_habc_0",
+                       "source": {"pin": "llama.cpp", "commit": c1}, "tools": {"c++": "12.2.0", "cmake": "3.31.6"},
+                       "inputs": []}}
+    built = flow.BuiltBundle(name="cpu", tarball=tarball, packages=[pkg], pins=["llama.cpp"], records=records,
+                             gates={"cpu": {"passed": True, "items": [{"line": "1bit check", "result": "ok"}]}})
     return {"root": root, "cache": cache, "built": built, "c1": c1}
 
 
@@ -83,7 +86,13 @@ def test_release_directory(world, tmp_path):
     assert doc["artifacts"]["llama-v2026.48-bin-ubuntu-x64.tar.gz"] == sums["llama-v2026.48-bin-ubuntu-x64.tar.gz"]
     bom = json.loads((out / "sbom.cdx.json").read_text())
     assert bom["components"][0]["pedigree"]["patches"][0]["diff"]["text"]["content"] == "diff\n"
-    assert "## Held back" in (out / "notes.md").read_text()
+    notes = (out / "notes.md").read_text()
+    assert "## Held back" in notes
+    # what the build job knew, not this machine: its compilers in the notes and the SBOM, its gate in the notes
+    assert "| cpu | cpu | c++ 12.2.0 | passed |" in notes
+    assert doc["builds"]["cpu"]["cpu"]["tools"] == {"c++": "12.2.0", "cmake": "3.31.6"}
+    assert {(t["name"], t["version"]) for t in bom["metadata"]["tools"]["components"]} == {("c++", "12.2.0"),
+                                                                                          ("cmake", "3.31.6")}
     # the same inputs again: the same bytes, written by a swap
     first = {p.name: p.read_bytes() for p in files}
     again = run(world, out)
@@ -114,19 +123,28 @@ def test_previous(existing, current, prev):
 def test_config(tmp_path):
     with pytest.raises(OnebitError, match="no release repository"):
         flow.load_config(tmp_path, {})
-    (tmp_path / "release.yaml").write_text("repo: o/r\nlemonade:\n  lean-rocm: {rocm: '7.1'}\n")
+    (tmp_path / "release.yaml").write_text("repo: o/r\nlemonade:\n  lean-rocm: {rocm: '7.1'}\n"
+                                           "fan_out:\n  cuda: CMAKE_CUDA_ARCHITECTURES\n")
     assert flow.load_config(tmp_path, {}).lemonade == {"lean-rocm": {"rocm": "7.1"}}
+    assert flow.load_config(tmp_path, {}).fan_out == {"cuda": "CMAKE_CUDA_ARCHITECTURES"}
     assert flow.load_config(tmp_path, {"ONEBIT_RELEASE_REPO": "x/y"}).repo == "x/y"
 
 
-@pytest.mark.parametrize("configured, toolchain, expected", [
-    ({}, {}, {}),
-    ({}, {"hipconfig@ONEBIT_LEAN_ROCM_TOOLCHAIN": "7.1.25300"}, {"lean-rocm": {"rocm": "7.1"}}),
-    ({"lean-rocm": {"rocm": "6.4"}}, {"hipconfig": "7.1.0"}, {"lean-rocm": {"rocm": "6.4"}}),
-    ({"cuda": {"cuda_arch": ["sm_90"]}}, {"gcc": "12.2"}, {"cuda": {"cuda_arch": ["sm_90"]}}),
+ROCM = {"lean-rocm": {"tools": {"amdclang++": "20.0.0", "hipconfig": "7.1.25300"}}}
+
+
+@pytest.mark.parametrize("configured, records, fixed, expected", [
+    ({}, {}, {}, {}),
+    # the ROCm major.minor is hipconfig's, as the build job recorded it; amdclang's own version is not ROCm's
+    ({}, ROCM, {}, {"lean-rocm": {"rocm": "7.1"}}),
+    ({"lean-rocm": {"rocm": "6.4"}}, ROCM, {}, {"lean-rocm": {"rocm": "6.4"}}),
+    ({}, {"hrx": {"tools": {"amdclang": "20.0.0"}}}, {}, {}),
+    # a flavor of the nvidia bundle fixes its one architecture over release.yaml's list
+    ({"cuda": {"cuda_arch": ["sm_80", "sm_90"]}}, {"cuda": {"tools": {"nvcc": "13.0"}}}, {"cuda": {"cuda_arch": "sm_90"}},
+     {"cuda": {"cuda_arch": "sm_90"}}),
 ])
-def test_lemonade_params(configured, toolchain, expected):
-    assert flow.lemonade_params(configured, toolchain) == expected
+def test_lemonade_params(configured, records, fixed, expected):
+    assert flow.lemonade_params(configured, records, fixed) == expected
 
 
 def test_installed_dists_and_manifest_pins(tmp_path):

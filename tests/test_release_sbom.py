@@ -31,7 +31,8 @@ def test_sbom(tmp_path):
             sbom.PinInfo("hrx-system", "https://github.com/ROCm/hrx-system.git", "b" * 40,
                          "Apache-2.0 WITH LLVM-exception")]
     kw = {"tag": "v2026.48", "version": "2026.48", "pins": pins, "patches": {"llama.cpp": [patch]}, "wheels": [wheel],
-              "toolchain": {"gcc": "12.2.0", "cmake": "3.31.6"}, "timestamp": TS}
+              "toolchain": [("gcc", "12.2.0"), ("cmake", "3.31.6"), ("cmake", "3.28.3")], "timestamp": TS,
+              "inputs": [{"tool": "nvcc", "package": "nvidia-cuda-nvcc", "version": "13.0.88", "sha256": "c" * 64}]}
     text = sbom.make_sbom(**kw)
     assert text == sbom.make_sbom(**kw)  # deterministic
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
@@ -45,5 +46,9 @@ def test_sbom(tmp_path):
     assert "pedigree" not in comps["pin:hrx-system"]
     w = comps["wheel:Jinja2-3.1.4-py3-none-any.whl"]
     assert (w["name"], w["version"], w["purl"]) == ("jinja2", "3.1.4", "pkg:pypi/jinja2@3.1.4")
-    assert {t["name"]: t["version"] for t in doc["metadata"]["tools"]["components"]} == {"cmake": "3.31.6", "gcc": "12.2.0"}
+    # two runners, two cmakes: each version the jobs reported is listed
+    assert sorted((t["name"], t["version"]) for t in doc["metadata"]["tools"]["components"]) == [
+        ("cmake", "3.28.3"), ("cmake", "3.31.6"), ("gcc", "12.2.0")]
+    nvcc = comps["input:nvidia-cuda-nvcc@13.0.88"]
+    assert nvcc["purl"] == "pkg:pypi/nvidia-cuda-nvcc@13.0.88" and nvcc["hashes"] == [{"alg": "SHA-256", "content": "c" * 64}]
     assert doc["metadata"]["component"]["version"] == "2026.48"

@@ -130,6 +130,26 @@ def bump_entries(results: Sequence[BumpResult], tail: int = LOG_TAIL) -> list[di
     return out
 
 
+def gate_summary(gate: Mapping | None) -> dict | None:
+    """Pure: a hardware gate (gate.json) as changes.json records it: passed, and each item's line and result."""
+    if not gate:
+        return None
+    return {"passed": bool(gate.get("passed")), "runner": gate.get("runner"),
+            "items": [{"line": i.get("line"), "result": i.get("result"), **({"why": i["why"]} if i.get("why") else {})}
+                      for i in gate.get("items", [])]}
+
+
+def build_entries(records: Mapping[str, Mapping], gates: Mapping[str, Mapping] | None = None) -> dict:
+    """Pure: what each variant's build knew (its toolchain.json record) and the gate its job passed, by variant."""
+    out = {}
+    for variant in sorted(records):
+        entry = dict(records[variant])
+        gate = gate_summary((gates or {}).get(variant))
+        if gate:
+            entry["gate"] = gate
+        out[variant] = entry
+    return out
+
 
 def artifact_sums(out: Path, skip: Sequence[str] = ("SHA256SUMS", "changes.json")) -> dict[str, str]:
     return {p.relative_to(out).as_posix(): file_sha256(p)
@@ -138,7 +158,8 @@ def artifact_sums(out: Path, skip: Sequence[str] = ("SHA256SUMS", "changes.json"
 
 def make_changes(*, tag: str, previous_tag: str | None, date: str, repo: Path, prev_rev: str | None,
                  rev: str | None = "HEAD", git_dir_for: Callable[[str, str], Path | None] = lambda name, commit: None,
-                 bumps: Sequence[BumpResult] = (), artifacts: Mapping[str, str] | None = None) -> dict:
+                 bumps: Sequence[BumpResult] = (), artifacts: Mapping[str, str] | None = None,
+                 builds: Mapping[str, Mapping] | None = None) -> dict:
     """The changes.json document. `git_dir_for(pin, commit)` names the cached git dir holding a pin's new commit."""
     old = pins_at(repo, prev_rev) if prev_rev else {}
     new = pins_at(repo, rev)
@@ -150,6 +171,7 @@ def make_changes(*, tag: str, previous_tag: str | None, date: str, repo: Path, p
         "pins": pins,
         "patches": patch_changes(repo, prev_rev, rev),
         "bumps": bump_entries(bumps),
+        "builds": {k: dict(v) for k, v in sorted((builds or {}).items())},
         "artifacts": dict(sorted((artifacts or {}).items())),
     }
 

@@ -1,6 +1,8 @@
-"""`1bit-build lemonade install` (and, with the release flow, `1bit-build release`)."""
+"""`1bit-build release`, `release-tag` and `release-part` (the weekly release and its CI jobs), and
+`1bit-build lemonade install`."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -26,75 +28,125 @@ def cmd_lemonade_install(args) -> int:
     return 0
 
 
-def _built(args, project, name: str, tag: str, *, build: bool):
-    """Build one bundle at the tag's version (or read a build left in --from) and describe what it made."""
-    import dataclasses
+def _today(args):
+    import datetime as dt
 
-    from ..session import layout_for, refuse
+    return dt.date.fromisoformat(args.date) if args.date else dt.datetime.now(dt.UTC).date()
+
+
+def decide_tag(client, today, *, store: bool, root: Path) -> str:
+    """This run's tag: the week's, respun when the release store (GitHub, or the checkout's git tags offline) has it
+    published; this week's unpublished draft is resumed under its tag (tag.release_tag)."""
+    from . import flow
+    from . import tag as tags
+    from .publish import release_tags
+
+    if not store:
+        return tags.release_tag(today, flow.local_tags(root))
+    published, drafts = release_tags(client)
+    return tags.release_tag(today, published, drafts)
+
+
+def build_part(args, project, name: str, *, version: str, build_number: int, only: set[str] | None = None,
+               overrides: dict | None = None) -> Path:
+    """Build (part of) a bundle at a release's version and build number, as `1bit-build build` does: toolchain inputs
+    fetched first where the plan needs them, every toolchain present or nothing done, the directories locked.
+    Returns the out dir, where the build also leaves toolchain.json (what it knew)."""
+    from dataclasses import replace
+
+    from ..execute import Executor
     from ..host import gather
     from ..plan import all_tools, make_plan
-    from . import tag as tags
+    from ..session import layout_for, locked, preflight, refuse
+
+    layout = layout_for(args, name)
+
+    def planned():
+        facts = gather(all_tools(project, name), toolchains=layout.cache / "toolchains")
+        return make_plan(project, name, facts, layout, build_number=build_number, version=version, only=only,
+                         overrides=overrides or {})
+
+    plan = planned()
+    preflight(layout)
+    if plan.missing and not args.offline and any(s.action == "toolchain" for s in plan.steps):
+        refuse(plan, tools=False)  # toolchain inputs the fetch step provides (CUDA wheels): fetch them, look again
+        with locked(layout, out=False):
+            Executor(replace(plan, steps=[s for s in plan.steps if s.action == "toolchain"]), project,
+                     console=console).run()
+        plan = planned()
+    refuse(plan)
+    with locked(layout):
+        report = Executor(plan, project, offline=args.offline, console=console).run()
+    built = sum(1 for s in report.ran if s.startswith("build:"))
+    console.print(f"[green]built[/] {name}: {len(report.ran)} step(s) ran ({built} build), {len(report.cached)} cached; "
+                  f"output in {layout.out}", highlight=False)
+    return layout.out
+
+
+def composed_bundles(project, cfg, names, parts, *, version: str, build_number: int, scratch: Path) -> list:
+    """Every bundle (one per flavor of a fanned-out variant) assembled from the built parts: nothing is built here."""
+    from . import compose
     from .flow import BuiltBundle
 
-    bundle = project.bundle(name)
-    project.bundles[name] = dataclasses.replace(bundle, version=tags.version(tag), build_number=tags.build_number(tag))
-    facts = gather(all_tools(project, name))
-    layout = layout_for(args, name)
-    if args.built_from:
-        layout = dataclasses.replace(layout, out=Path(args.built_from).resolve() / name)
-    plan = make_plan(project, name, facts, layout, build_number=tags.build_number(tag))
-    if build:
-        from ..execute import Executor
-
-        refuse(plan)
-        Executor(plan, project, offline=args.offline, console=console).run()
-    out = plan.layout.out
-    tarballs = sorted(out.glob("*.tar.zst"))
-    if len(tarballs) != 1:
-        raise OnebitError(f"{out}: expected one bundle tarball, found {len(tarballs)}",
-                          hint=f"build the bundle first: 1bit-build build {name}")
-    pins = set()
-    for s in plan.steps:
-        if s.action == "source" and getattr(s.data, "pin", None):
-            pins.add(s.data.pin)
-            pins.update(e.pin for e in s.data.extra)
-    wheels = sorted(w for s in plan.steps if s.action == "wheels" for w in Path(s.data.dir).glob("*.whl"))
-    return BuiltBundle(name=name, tarball=tarballs[0], packages=sorted((out / "channel").rglob("*.conda")),
-                       pins=sorted(pins), wheels=wheels,
-                       toolchain={k: f.version for k, f in facts.tools.items() if getattr(f, "version", None)})
+    out = []
+    for name in names:
+        for flavor in compose.flavors(project, name, version=version, build_number=build_number, parts=parts,
+                                      fan_out=cfg.fan_out, scratch=scratch / "plan"):
+            c = compose.compose(project, flavor, parts, scratch / "bundles")
+            fixed = {v: {"cuda_arch": c.flavor} for v in c.fanned if c.flavor.startswith("sm_")}
+            pins = sorted({(r.get("source") or {}).get("pin") for r in c.records.values()} - {None})
+            out.append(BuiltBundle(name=c.name, packages=c.packages, pins=pins, prefix=c.prefix, records=c.records,
+                                   gates=c.gates, params=fixed, upstream_licenses=c.upstream_licenses))
+            console.print(f"assembled {c.name} {c.version} build {c.build_number} from "
+                          + ", ".join(sorted({str(Path(d).name) for d in c.parts.values()})), highlight=False)
+    return out
 
 
 def cmd_release(args) -> int:
-    import datetime as dt
+    import tempfile
 
     from .. import config
     from ..package import source_date
     from . import bumps as bump_merge
-    from . import flow
+    from . import compose, flow
     from . import tag as tags
     from .publish import GitHubReleases, built_commit, publish, release_tags
 
     project = config.load_project(args.root)
     cfg = flow.load_config(project.root)
     client = GitHubReleases.from_env(cfg.repo)
-    today = dt.date.fromisoformat(args.date) if args.date else dt.datetime.now(dt.UTC).date()
+    today = _today(args)
     # a published release's tag is taken (respin); this week's unpublished draft is this run's, resumed (tag.release_tag)
-    existing, drafts = release_tags(client) if args.publish else (flow.local_tags(project.root), [])
-    the_tag = args.tag or tags.release_tag(today, existing, drafts)
-    tags.parse(the_tag)
+    existing = release_tags(client)[0] if args.publish else flow.local_tags(project.root)
+    the_tag = args.tag or decide_tag(client, today, store=args.publish, root=project.root)
+    version, build_number = tags.version(the_tag), tags.build_number(the_tag)
     bumps = bump_merge.load(args.bumps) if args.bumps else []
     merged = None
     if args.merge_bumps:  # passing bump branches are merged before the build; the held ones are recorded
+        if args.built_from:
+            raise OnebitError("--merge-bumps with --from: the bumps must be merged before the parts were built",
+                              hint="merge them in the workflow's first job (python -m builders.release.bumps merge)")
         merged = bump_merge.merge_passing(project.root, log=lambda m: console.print(m, highlight=False))
         bumps += merged.results
         project = config.load_project(project.root)
     target = args.target or (built_commit(project.root) if args.publish else None)  # the commit the bundles are built from
-    built = [_built(args, project, name, the_tag, build=not args.built_from) for name in args.bundles]
     out = Path(args.release_out or project.root / ".onebit" / "release" / the_tag).resolve()
-    files = flow.assemble(root=project.root, out=out, tag=the_tag, previous_tag=flow.previous(existing, the_tag),
-                          date=today, config=cfg, built=built,
-                          git_cache=lambda c: layout_cache(args) / "git" / f"{c}.git",
-                          mtime=int(source_date().timestamp()), bumps=bumps)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.built_from:
+        parts = compose.find_parts(Path(args.built_from))
+    else:
+        parts = [p for name in args.bundles for p in compose.find_parts(
+            build_part(args, project, name, version=version, build_number=build_number))]
+    with tempfile.TemporaryDirectory(prefix=".assemble-", dir=out.parent) as scratch:
+        built = composed_bundles(project, cfg, args.bundles, parts, version=version, build_number=build_number,
+                                 scratch=Path(scratch))
+        # CI's assemble and publish steps must write the same bytes (the first is attested): both read the previous
+        # release from the checkout's tags then, not one from git and the other from the release store
+        history = flow.local_tags(project.root) if args.built_from else existing
+        files = flow.assemble(root=project.root, out=out, tag=the_tag, previous_tag=flow.previous(history, the_tag),
+                              date=today, config=cfg, built=built,
+                              git_cache=lambda c: layout_cache(args) / "git" / f"{c}.git",
+                              mtime=int(source_date().timestamp()), bumps=bumps)
     for f in files:
         print(f"{f.stat().st_size:>12}  {f.name}")
     console.print(f"[green]release {the_tag}[/]: {len(files)} files in {out}", highlight=False)
@@ -108,6 +160,69 @@ def cmd_release(args) -> int:
     return 0
 
 
+def cmd_release_tag(args) -> int:
+    """Decide the release's tag once (CI's first job); every later job takes it from here."""
+    from .. import config
+    from . import flow
+    from . import tag as tags
+    from .publish import GitHubReleases
+
+    project = config.load_project(args.root)
+    cfg = flow.load_config(project.root)
+    the_tag = args.tag or decide_tag(GitHubReleases.from_env(cfg.repo), _today(args), store=not args.offline,
+                                     root=project.root)
+    values = {"tag": the_tag, "version": tags.version(the_tag), "build_number": str(tags.build_number(the_tag))}
+    if args.output:
+        with open(args.output, "a") as f:  # GitHub's $GITHUB_OUTPUT: name=value lines
+            f.write("".join(f"{k}={v}\n" for k, v in values.items()))
+    print(the_tag)
+    return 0
+
+
+def _words(values) -> list[str]:
+    """`--only "a b"`, `--only a,b` and `--only a --only b` alike; empty values (an unset matrix field) vanish."""
+    import re
+
+    return [w for v in values or [] for w in re.split(r"[\s,]+", v) if w]
+
+
+def cmd_release_part(args) -> int:
+    """One build job of the release: these variants of a bundle at the tag's version and build number; then, with
+    --checklist, their recipes' hardware checklists on this runner (gate.json beside the bundle)."""
+    import json
+    import tempfile
+
+    from .. import config
+    from ..install import install_bundle
+    from ..session import parse_overrides
+    from ..swap import write_text_atomic
+    from . import checklist, compose
+    from . import tag as tags
+
+    project = config.load_project(args.root)
+    tags.parse(args.tag)
+    recipes = _words(args.checklist)
+    unknown = [r for r in recipes if r not in project.recipes]
+    if unknown:  # before building anything
+        raise OnebitError(f"--checklist {unknown[0]}: no such recipe", hint=f"recipes: {', '.join(sorted(project.recipes))}")
+    only = set(_words(args.only)) or None
+    out = build_part(args, project, args.bundle, version=tags.version(args.tag), build_number=tags.build_number(args.tag),
+                     only=only, overrides=parse_overrides(_words(args.set)))
+    if not recipes:
+        return 0
+    model = args.model or os.environ.get(checklist.MODEL_ENV) or None
+    with tempfile.TemporaryDirectory(prefix="onebit-gate-") as tmp:
+        prefix = Path(tmp) / "prefix"
+        install_bundle(out / "channel", prefix, args.bundle, cache_dir=Path(tmp) / "pkgs")
+        console.print(f"[bold]gate[/] {', '.join(recipes)} on {prefix}", highlight=False)
+        doc = checklist.gate(project.root, prefix, recipes, model, say=lambda m: print(m, flush=True))
+    write_text_atomic(out / compose.GATE_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    ran = sum(1 for i in doc["items"] if i["result"] != "skip")
+    console.print(f"[{'green' if doc['passed'] else 'red'}]gate {'passed' if doc['passed'] else 'FAILED'}[/]: "
+                  f"{ran} item(s) ran, {len(doc['items']) - ran} skipped", highlight=False)
+    return 0 if doc["passed"] else 1
+
+
 def layout_cache(args) -> Path:
     from ..session import default_cache
 
@@ -119,14 +234,16 @@ def _opt(value):
 
 
 def register(sub) -> None:
-    r = sub.add_parser("release", help="build bundles at this week's tag and assemble (and publish) the release")
+    r = sub.add_parser("release", help="assemble (and publish) this week's release from bundles built here or by CI")
     r.add_argument("bundles", nargs="+", metavar="BUNDLE")
     r.add_argument("--out", dest="release_out", metavar="DIR", help="the release directory (default: .onebit/release/TAG)")
     r.add_argument("--publish", action="store_true", help="publish to GitHub Releases (GITHUB_TOKEN; repo from release.yaml)")
     r.add_argument("--tag", help="the release tag (default: v<ISO year>.<ISO week>, respun as .1, .2 when published; "
                    "with --publish, this week's unpublished draft is resumed under its tag)")
     r.add_argument("--date", help="the release date, YYYY-MM-DD (default: today, UTC)")
-    r.add_argument("--from", dest="built_from", metavar="DIR", help="use bundles already built in DIR/<bundle> (CI)")
+    r.add_argument("--from", dest="built_from", metavar="DIR",
+                   help="assemble from the bundles CI built below DIR (each release-part's out dir), building nothing; "
+                        "each must be at the tag's version and build number and from this checkout's pins")
     r.add_argument("--bumps", metavar="JSON", help="bump results: [{branch, failed_step, log, held_for}] "
                    "(what `python -m builders.release.bumps merge --json` writes)")
     r.add_argument("--merge-bumps", action="store_true",
@@ -137,6 +254,28 @@ def register(sub) -> None:
     r.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
     r.set_defaults(func=cmd_release)
 
+    t = sub.add_parser("release-tag", help="decide this run's release tag once (print it; --output appends "
+                                           "tag=, version=, build_number= lines, as GitHub's $GITHUB_OUTPUT wants)")
+    t.add_argument("--date", help="the release date, YYYY-MM-DD (default: today, UTC)")
+    t.add_argument("--tag", help="take this tag (checked) instead of deciding one")
+    t.add_argument("--offline", action="store_true", help="decide from the checkout's git tags, not GitHub Releases")
+    t.add_argument("--output", metavar="FILE", help="append name=value lines to FILE ($GITHUB_OUTPUT)")
+    t.set_defaults(func=cmd_release_tag)
+
+    p = sub.add_parser("release-part", help="one build job of the release: build variants of a bundle at the tag's "
+                                            "version and build number, and gate them on this runner's hardware")
+    p.add_argument("bundle", metavar="BUNDLE")
+    p.add_argument("--tag", required=True, help="the release tag (release-tag's output): version and build number")
+    p.add_argument("--only", action="append", metavar="VARIANTS", help="recipes or variants, space or comma separated "
+                                                                       "(repeatable; none: the whole bundle)")
+    p.add_argument("--set", action="append", metavar="RECIPE.OPTION=VALUE",
+                   help="override build options (space separated, repeatable), e.g. one CUDA architecture")
+    p.add_argument("--checklist", action="append", metavar="RECIPES",
+                   help="after building, install into a scratch prefix and run these recipes' hardware checklists "
+                        "(gate.json beside the bundle; exit 1 when an item fails)")
+    p.add_argument("--model", help="the model for checklist lines that need one (default: $ONEBIT_CHECK_MODEL)")
+    p.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
+    p.set_defaults(func=cmd_release_part)
 
     s = sub.add_parser("lemonade", help="Lemonade backends: install a release archive offline into Lemonade's cache")
     lsub = s.add_subparsers(dest="lemonade_command", required=True, metavar="ACTION")

@@ -36,10 +36,12 @@ PLATFORM = "linux-x86_64"
 class ReleaseConfig:
     repo: str
     lemonade: dict = field(default_factory=dict)  # variant -> {rocm: "7.1", cuda_arch: "sm_120"}
+    fan_out: dict = field(default_factory=dict)  # variant or recipe -> the build option CI builds once per value
 
 
 def load_config(root: Path, env: Mapping[str, str] | None = None) -> ReleaseConfig:
-    """release.yaml at the project root (repo: owner/name, lemonade: per-variant parameters); $ONEBIT_RELEASE_REPO wins."""
+    """release.yaml at the project root (repo: owner/name, lemonade: per-variant parameters, fan_out: variant ->
+    option); $ONEBIT_RELEASE_REPO wins."""
     env = os.environ if env is None else env
     path = root / "release.yaml"
     data = yaml.safe_load(path.read_text()) if path.is_file() else {}
@@ -47,18 +49,24 @@ def load_config(root: Path, env: Mapping[str, str] | None = None) -> ReleaseConf
     if not repo:
         raise OnebitError("no release repository configured", where=str(path),
                           hint="add `repo: owner/name` to release.yaml or set ONEBIT_RELEASE_REPO")
-    return ReleaseConfig(repo=repo, lemonade=dict((data or {}).get("lemonade") or {}))
+    return ReleaseConfig(repo=repo, lemonade=dict((data or {}).get("lemonade") or {}),
+                         fan_out={str(k): str(v) for k, v in ((data or {}).get("fan_out") or {}).items()})
 
 
 @dataclass
 class BuiltBundle:
-    """What a bundle build left: its tarball and .conda files, and what the SBOM and changes.json need."""
+    """A bundle (or one flavor of it) ready to release: its installed tree (or a bundle tarball holding it), its
+    .conda files, and what the builds that made it knew (toolchain.json records, gate results)."""
     name: str
-    tarball: Path
     packages: list[Path]
     pins: list[str]  # pin names of the sources built
+    prefix: Path | None = None  # the installed tree
+    tarball: Path | None = None  # or a bundle tarball to read it from
     wheels: list[Path] = field(default_factory=list)
-    toolchain: dict[str, str] = field(default_factory=dict)
+    records: dict[str, dict] = field(default_factory=dict)  # variant -> its build's record (toolchain.json)
+    gates: dict[str, dict] = field(default_factory=dict)  # variant -> the hardware gate its job passed (gate.json)
+    params: dict[str, dict] = field(default_factory=dict)  # Lemonade asset parameters this bundle fixes (a flavor's arch)
+    upstream_licenses: dict[str, Path] = field(default_factory=dict)  # pin -> license file shipped in its package
 
 
 def tarball_name(tag: str, bundle: str, several: bool) -> str:
@@ -77,13 +85,17 @@ def upstream_license(git_dir: Path, commit: str) -> bytes | None:
 
 
 def license_files(root: Path, pins: Mapping[str, dict], used: Sequence[str], git_cache: Callable[[str], Path],
-                  scratch: Path) -> dict[str, Path]:
-    """LICENSE and NOTICE of the project, and licenses/<pin>/LICENSE for every upstream built."""
+                  scratch: Path, shipped: Mapping[str, Path] | None = None) -> dict[str, Path]:
+    """LICENSE and NOTICE of the project, and licenses/<pin>/LICENSE for every upstream built: the file its package
+    already carries (info/licenses/), else the one at the pinned commit in the git cache."""
     files = {"LICENSE": root / "LICENSE", "NOTICE": root / "NOTICE"}
     for need in ("LICENSE", "NOTICE"):
         if not files[need].is_file():
             raise OnebitError(f"the project has no {need} file", where=str(root), hint="a release ships both")
     for name in sorted(set(used)):
+        if (shipped or {}).get(name):
+            files[f"licenses/{name}/LICENSE"] = Path(shipped[name])
+            continue
         commit = (pins.get(name) or {}).get("commit")
         text = upstream_license(git_cache(commit), commit) if commit else None
         if text is None:
@@ -127,13 +139,13 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
         pins_used: set[str] = set()
         prefixes = {}
         for b in built:  # what each bundle holds: its manifest's pins, its vendored Python distributions
-            prefixes[b.name] = tarball.extract_tree(b.tarball, tmp / "prefix" / b.name)
+            prefixes[b.name] = b.prefix if b.prefix is not None else tarball.extract_tree(b.tarball, tmp / "prefix" / b.name)
             dists.update(installed_dists(prefixes[b.name]))
             pins_used.update(manifest_pins(prefixes[b.name]))
         used = sorted(set(used) | (pins_used & set(pins)))
-        lic = license_files(root, pins, used, git_cache, tmp / "scratch")
+        shipped = {k: v for b in built for k, v in b.upstream_licenses.items()}
+        lic = license_files(root, pins, used, git_cache, tmp / "scratch", shipped)
         backends: dict[str, Path] = {}
-        params = lemonade_params(config.lemonade, {k: v for b in built for k, v in b.toolchain.items()})
         for b in built:
             for pkg in b.packages:
                 _place(pkg, rel)
@@ -141,9 +153,9 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             entries = tarball.tree_entries(prefixes[b.name])  # the bundle's tree, links kept, plus the licenses
             entries.update({rel: tarball.Entry(src=path, executable=False) for rel, path in lic.items()})
             tarball.write(rel / f"{name}.tar.zst", name, entries, mtime=mtime)
-            prefix = prefixes[b.name]
-            for _, backend, archive in lemonade.make_archives(prefix, tmp / "lemonade" / b.name, tag, lic, mtime=mtime,
-                                                              params=params):
+            params = lemonade_params(config.lemonade, b.records, b.params)
+            for _, backend, archive in lemonade.make_archives(prefixes[b.name], tmp / "lemonade" / b.name, tag, lic,
+                                                              mtime=mtime, params=params):
                 backends[archive.name] = _place(archive, rel)
         if backends:
             frag = lemonade.fragment(config.repo, tag, backends)
@@ -155,18 +167,21 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             if src.get("pin") in used and src.get("patches"):
                 base = root / "recipes" / "patches" / src.get("patch_dir", data.get("name", recipe.stem))
                 patches.setdefault(src["pin"], []).extend(base / p["file"] for p in src["patches"])
-        toolchain = {k: v for b in built for k, v in b.toolchain.items()}
+        records = [r for b in built for r in b.records.values()]
         (rel / "sbom.cdx.json").write_text(sbom.make_sbom(
             tag=tag, version=tags.version(tag),
             pins=[sbom.PinInfo(n, pins[n].get("url", ""), pins[n]["commit"], pins[n].get("license"))
                   for n in used if pins[n].get("commit")],
-            patches=patches, wheels=[*sorted({w for b in built for w in b.wheels}), *sorted(dists)], toolchain=toolchain,
+            patches=patches, wheels=[*sorted({w for b in built for w in b.wheels}), *sorted(dists)],
+            toolchain=sorted({(t, v) for r in records for t, v in r.get("tools", {}).items()}, key=str),
+            inputs=sorted({tuple(sorted(i.items())) for r in records for i in r.get("inputs", [])}),
             timestamp=dt.datetime.fromtimestamp(mtime, tz=dt.UTC)))
         prev_rev = previous_tag if previous_tag and _has_rev(root, previous_tag) else None
         doc = changes.make_changes(tag=tag, previous_tag=previous_tag, date=date.isoformat(), repo=root,
                                    prev_rev=prev_rev, rev=None if not _has_rev(root, "HEAD") else "HEAD",
                                    git_dir_for=lambda name, commit: git_cache(commit), bumps=bumps,
-                                   artifacts=changes.artifact_sums(rel))
+                                   artifacts=changes.artifact_sums(rel),
+                                   builds={b.name: changes.build_entries(b.records, b.gates) for b in built})
         (rel / "changes.json").write_text(changes.dumps(doc))
         (rel / "notes.md").write_text(notes.render(doc))
         (rel / "SHA256SUMS").write_text(sha256sums(rel))
@@ -194,15 +209,20 @@ def manifest_pins(prefix: Path) -> set[str]:
     return {(b.get("source") or {}).get("pin") for b in doc.get("backends", {}).values()} - {None}
 
 
-def lemonade_params(configured: Mapping[str, dict], toolchain: Mapping[str, str]) -> dict[str, dict]:
-    """Pure: the configured asset-name parameters, with lean-rocm's ROCm major.minor from the toolchain when unset."""
+def lemonade_params(configured: Mapping[str, dict], records: Mapping[str, Mapping],
+                    fixed: Mapping[str, Mapping] | None = None) -> dict[str, dict]:
+    """Pure: the Lemonade asset-name parameters of one bundle. What the bundle fixes (a flavor's CUDA architecture)
+    wins; then release.yaml's; a ROCm variant's major.minor otherwise comes from the hipconfig its build ran
+    (toolchain.json), never from the machine that assembles."""
     import re
 
     params = {k: dict(v) for k, v in configured.items()}
-    rocm = next((v for k, v in sorted(toolchain.items()) if k.startswith(("hipconfig", "amdclang")) and v), None)
-    m = re.match(r"^(\d+)\.(\d+)", rocm or "")
-    if m:
-        params.setdefault("lean-rocm", {}).setdefault("rocm", f"{m[1]}.{m[2]}")
+    for variant, rec in records.items():
+        m = re.match(r"^(\d+)\.(\d+)", (rec.get("tools") or {}).get("hipconfig") or "")
+        if m:
+            params.setdefault(variant, {}).setdefault("rocm", f"{m[1]}.{m[2]}")
+    for variant, extra in (fixed or {}).items():
+        params.setdefault(variant, {}).update(extra)
     return params
 
 

@@ -14,6 +14,36 @@ def _short(commit: str | None) -> str:
     return commit[:12] if commit else "unresolved"
 
 
+COMPILERS = ("c++", "cc", "amdclang++", "amdclang", "hipcc", "hipconfig", "nvcc", "glslc", "zig", "cargo", "rustc")
+
+
+def builds_section(builds: dict) -> list[str]:
+    """How each bundle was built, from what the build jobs recorded: compilers, the shader features a glslc lacked,
+    and the hardware gate each variant passed."""
+    if not builds:
+        return []
+    lines = ["## Builds", "", "| bundle | variant | toolchain | gate |", "| --- | --- | --- | --- |"]
+    dropped = []
+    for bundle, variants in builds.items():
+        for variant, rec in variants.items():
+            tools = rec.get("tools") or {}
+            shown = ", ".join(f"{t} {tools[t] or '?'}" for t in COMPILERS if t in tools) or "—"
+            if rec.get("overrides"):
+                shown += " (" + ", ".join(f"{k}={v}" for k, v in rec["overrides"].items()) + ")"
+            gate = rec.get("gate")
+            verdict = "—" if not gate else ("passed" if gate["passed"] else "FAILED")
+            if gate:
+                skipped = sum(1 for i in gate["items"] if i["result"] == "skip")
+                verdict += f" ({len(gate['items']) - skipped} run, {skipped} skipped)" if skipped else ""
+            lines.append(f"| {bundle} | {variant} | {shown} | {verdict} |")
+            for ext in rec.get("dropped_shader_features") or []:
+                dropped.append(f"- {bundle} {variant}: built without `{ext}` shaders (this glslc lacks it)")
+    lines.append("")
+    if dropped:
+        lines += ["### Shader features dropped", "", *dict.fromkeys(dropped), ""]
+    return lines
+
+
 def render(changes: dict, max_titles: int = 15) -> str:
     tag, prev = changes["tag"], changes.get("previous_tag")
     lines = [f"# 1bit engine {tag}", "", f"Released {changes['date']}" + (f"; previous release {prev}." if prev else "."), ""]
@@ -52,6 +82,7 @@ def render(changes: dict, max_titles: int = 15) -> str:
         if b["why"]["log"]:
             lines += ["", "  ```", *("  " + x for x in b["why"]["log"]), "  ```"]
     lines.append("")
+    lines += builds_section(changes.get("builds") or {})
     if changes["artifacts"]:
         lines += ["## Artifacts", "", "| file | sha256 |", "| --- | --- |"]
         lines += [f"| `{name}` | `{digest}` |" for name, digest in changes["artifacts"].items()]

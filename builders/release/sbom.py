@@ -1,11 +1,12 @@
 """A CycloneDX SBOM (cyclonedx-python-lib): every upstream pin with its commit and license, our patches as pedigree,
-the vendored Python wheels, and the toolchain versions. Same inputs, same bytes (serial and timestamp derived)."""
+the vendored Python wheels, the toolchain inputs fetched as wheels, and the tool versions each build job reported
+(toolchain.json). Same inputs, same bytes (serial and timestamp derived)."""
 from __future__ import annotations
 
 import datetime as dt
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,11 +25,9 @@ from cyclonedx.model.license import LicenseExpression
 from cyclonedx.model.tool import ToolRepository
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from .changes import file_sha256
-
-WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
-
 
 @dataclass(frozen=True)
 class PinInfo:
@@ -47,9 +46,11 @@ def pin_purl(pin: PinInfo) -> PackageURL:
 
 
 def wheel_component(path: Path) -> Component:
-    m = WHEEL_RE.match(path.name)
-    name, version = (m["name"], m["version"]) if m else (path.stem, None)
-    norm = re.sub(r"[-_.]+", "-", name).lower()
+    try:
+        name, ver, _, _ = parse_wheel_filename(path.name)
+        norm, version = str(name), str(ver)
+    except InvalidWheelFilename:
+        norm, version = re.sub(r"[-_.]+", "-", path.stem).lower(), None
     return Component(name=norm, version=version, type=ComponentType.LIBRARY, bom_ref=f"wheel:{path.name}",
                      purl=PackageURL(type="pypi", name=norm, version=version),
                      hashes=[HashType(alg=HashAlgorithm.SHA_256, content=file_sha256(path))],
@@ -79,11 +80,24 @@ def pin_component(pin: PinInfo, patches: Sequence[Path]) -> Component:
                      properties=[Property(name="onebit:source-url", value=pin.url)])
 
 
+def input_component(spec: Mapping[str, str]) -> Component:
+    """A toolchain input fetched as a wheel by name, version and sha256 (NVIDIA's CUDA wheels)."""
+    norm = re.sub(r"[-_.]+", "-", spec["package"]).lower()
+    return Component(name=norm, version=spec["version"], type=ComponentType.LIBRARY,
+                     bom_ref=f"input:{norm}@{spec['version']}", purl=PackageURL(type="pypi", name=norm, version=spec["version"]),
+                     hashes=[HashType(alg=HashAlgorithm.SHA_256, content=spec["sha256"])],
+                     properties=[Property(name="onebit:toolchain-input", value=spec.get("tool", ""))])
+
+
 def make_sbom(*, tag: str, version: str, pins: Sequence[PinInfo], patches: Mapping[str, Sequence[Path]],
-              wheels: Sequence[Path], toolchain: Mapping[str, str], timestamp: dt.datetime) -> str:
-    """The SBOM as CycloneDX 1.6 JSON. `patches` maps a pin name to its patch files."""
-    tools = [Component(name=name, version=ver, type=ComponentType.APPLICATION, bom_ref=f"tool:{name}")
-             for name, ver in sorted(toolchain.items())]
+              wheels: Sequence[Path], toolchain: Mapping[str, str] | Iterable[tuple[str, str | None]],
+              timestamp: dt.datetime, inputs: Iterable[Mapping[str, str] | tuple] = ()) -> str:
+    """The SBOM as CycloneDX 1.6 JSON. `patches` maps a pin name to its patch files; `toolchain` holds (tool,
+    version) pairs as the build jobs reported them (one tool may appear at two versions: two runners)."""
+    pairs = sorted(set(toolchain.items() if isinstance(toolchain, Mapping) else toolchain), key=lambda p: (p[0], p[1] or ""))
+    tools = [Component(name=name, version=ver, type=ComponentType.APPLICATION,
+                       bom_ref=f"tool:{name}" + (f"@{ver}" if sum(1 for n, _ in pairs if n == name) > 1 else ""))
+             for name, ver in pairs]
     meta = BomMetaData(
         component=Component(name="1bit-engine", version=version, type=ComponentType.APPLICATION, bom_ref="1bit-engine",
                             licenses=[LicenseExpression("Apache-2.0")], properties=[Property(name="onebit:tag", value=tag)]),
@@ -92,6 +106,8 @@ def make_sbom(*, tag: str, version: str, pins: Sequence[PinInfo], patches: Mappi
     dists = sorted({w for w in wheels if isinstance(w, tuple)})
     files = sorted((Path(w) for w in wheels if not isinstance(w, tuple)), key=lambda w: w.name)
     components += [wheel_component(w) for w in files]
+    specs = {dict(i)["package"]: dict(i) for i in inputs}
+    components += [input_component(specs[k]) for k in sorted(specs)]
     seen = {(c.name, c.version) for c in components}
     components += [dist_component(n, v) for n, v in dists if (re.sub(r"[-_.]+", "-", n).lower(), v) not in seen]
     bom = Bom(components=components, metadata=meta, serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"1bit-engine/{tag}"))

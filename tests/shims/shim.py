@@ -6,6 +6,10 @@ Installed under the tool's name (a symlink to this file). Each call appends one 
 tool name, argv, working directory and the environment variables named in $ONEBIT_SHIM_ENV (comma separated), then
 creates the files the real tool would leave behind, so that the pipeline's later real steps (cp, install, stage,
 RPATH check, package) have something to work on. It never compiles anything. The test asserts the exact argv and env.
+
+`<tool> --version` answers with $ONEBIT_SHIM_VERSIONS[tool] (a JSON object) where the test gives one, so a recorded
+toolchain reports the version a real one would (hipconfig's ROCm version, nvcc's CUDA release). The llama-server it
+leaves lists the devices in $ONEBIT_SHIM_DEVICES: the hardware of the runner the test stands in for.
 """
 from __future__ import annotations
 
@@ -38,7 +42,22 @@ def value(argv: list[str], flag: str) -> str | None:
     return None
 
 
-SERVER = "#!/bin/sh\necho 'version: 1 (shim)'\necho 'built with shim for x86_64-linux-gnu'\necho \"commit $ONEBIT_SHIM_COMMIT)\"\n"
+SERVER = """#!/bin/sh
+if [ "$1" = --list-devices ]; then
+  echo 'Available devices:'
+  for d in $ONEBIT_SHIM_DEVICES; do echo "  $d: shim device (1024 MiB, 1024 MiB free)"; done
+  exit 0
+fi
+echo 'version: 1 (shim)'
+echo 'built with shim for x86_64-linux-gnu'
+echo "commit $ONEBIT_SHIM_COMMIT)"
+"""
+ZINC = """#!/bin/sh
+case "$1" in
+  --check) for d in $ONEBIT_SHIM_DEVICES; do case "$d" in ZINC*) echo "GPU ${d#ZINC}: shim Vulkan device | VRAM 1024 MiB";; esac; done;;
+  *) echo 'ZINC inference engine (shim)'; echo 'usage: zinc -m <model> [-p port] [-d device]';;
+esac
+"""
 
 
 def effects(tool: str, argv: list[str]) -> None:
@@ -50,7 +69,7 @@ def effects(tool: str, argv: list[str]) -> None:
         if prefix:
             (build / "shim-prefix").write_text(prefix)
     elif tool == "cmake" and argv[:1] == ["--install"]:
-        prefix = Path((Path(argv[1]) / "shim-prefix").read_text())
+        prefix = Path(os.environ.get("DESTDIR", "") + (Path(argv[1]) / "shim-prefix").read_text())
         touch(prefix / "bin" / "llama-server", SERVER, 0o755)
         for lib in ("libllama.so", "libggml.so", "libggml-hrx.so", "libggml-vulkan.so", "libhrx.so", "libloomc.so"):
             touch(prefix / "lib" / lib)
@@ -66,6 +85,14 @@ def effects(tool: str, argv: list[str]) -> None:
         else:  # ds4: the five programs in its tree
             for p in ("ds4", "ds4-server", "ds4-bench", "ds4-eval", "ds4-agent"):
                 touch(tree / p, "#!/bin/sh\necho 'Usage: ds4-server [options]'\necho '  --port N'\n", 0o755)
+    elif tool == "zig" and argv[:1] == ["build"]:  # zinc's build.zig: bin/zinc and its compiled shaders
+        prefix = Path(value(argv, "--prefix"))
+        touch(prefix / "bin" / "zinc", ZINC, 0o755)
+        touch(prefix / "share" / "zinc" / "shaders" / "matmul.spv", "\x03\x02\x23\x07")
+    elif tool == "xrt-smi" and argv[:1] == ["examine"]:  # XRT's view of the runner's NPU, if it has one
+        print("System Configuration\nDevice(s) Present")
+        if "NPU0" in os.environ.get("ONEBIT_SHIM_DEVICES", "").split():
+            print("|BDF             |Name            |\n|[0000:c5:00.1]  |NPU Strix Halo  |")
     elif tool == "cargo":
         target = Path(value(argv, "--target-dir"))
         touch(target / "release" / "libonebit_hf_tokenizers.so")
@@ -75,8 +102,9 @@ def main() -> int:
     tool = Path(sys.argv[0]).name
     argv = sys.argv[1:]
     record(tool, argv)
-    if tool == "cmake" and argv and argv[0] == "--version":
-        print("cmake version 3.31.0")
+    versions = json.loads(os.environ.get("ONEBIT_SHIM_VERSIONS") or "{}")
+    if argv in (["--version"], ["version"]) and (tool in versions or tool == "cmake"):
+        print(versions.get(tool, "cmake version 3.31.0"))
         return 0
     effects(tool, argv)
     return 0

@@ -1,0 +1,89 @@
+"""What a build knew, written beside its bundle as `toolchain.json`: for every variant it built, the package it made,
+the source it built from (pin and commit), the version of every tool of its toolchain as the build host answered,
+the toolchain inputs fetched as wheels (name, version, sha256), the options overridden with --set, and what the
+build reported about itself (the shader features a glslc lacked).
+
+The release assembles bundles from jobs that ran on other machines; it reads names (lean-rocm's ROCm major.minor),
+the SBOM's tool list and the notes from these files, never from the machine that assembles.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from .config import Project, Tool
+from .host import ToolFact, detect_tool
+from .plan_types import Plan
+
+FILE = "toolchain.json"
+SCHEMA = 1
+
+
+def probe(tools: Iterable[Tool], toolchains: Path | None, env: Mapping[str, str] | None = None) -> dict[str, ToolFact]:
+    """Each tool as this host has it, asked for its version even where the recipe states no minimum (the plan only
+    asks when it must compare)."""
+    env = dict(os.environ if env is None else env)
+    out: dict[str, ToolFact] = {}
+    for tool in tools:
+        if tool.key not in out:
+            out[tool.key] = detect_tool(dataclasses.replace(tool, version=tool.version or ">=0"), env, toolchains)
+    return out
+
+
+def variant_record(variant, facts: Mapping[str, ToolFact], *, package: str, build_string: str,
+                   pin: str | None, commit: str | None, overrides: Mapping[str, str], notes: Mapping) -> dict:
+    """Pure: one variant's record."""
+    tools, inputs = {}, []
+    for tool in variant.toolchain:
+        fact = facts.get(tool.key)
+        if fact is None or not fact.found:
+            continue  # an optional tool the host lacks (ccache)
+        tools[tool.tool] = fact.version
+        if tool.wheel:
+            w = dict(tool.wheel)
+            inputs.append({"tool": tool.tool, "package": w["package"], "version": w["version"], "sha256": w["sha256"]})
+    out = {"package": package, "build_string": build_string, "source": {"pin": pin, "commit": commit},
+           "tools": dict(sorted(tools.items())), "inputs": sorted(inputs, key=lambda i: i["tool"])}
+    if overrides:
+        out["overrides"] = dict(sorted(overrides.items()))
+    out.update({k: v for k, v in sorted(notes.items())})
+    return out
+
+
+def for_plan(plan: Plan, project: Project, facts: Mapping[str, ToolFact], notes_of: Callable[[str], Mapping]) -> dict:
+    """Pure given the facts: the document for every variant the plan builds (`notes_of(build_dir)`: what its build
+    reported)."""
+    by_id = {v.id: v for v in project.variants(project.bundle(plan.bundle))}
+    variants = {}
+    for step in plan.steps:
+        if step.action != "package":
+            continue
+        stage = next(plan.step(n) for n in step.needs if n.startswith("stage:"))
+        build = plan.step(f"build:{stage.data.variant}")
+        source = next((plan.step(n) for n in build.needs if plan.step(n).action == "source"), None)
+        entry = stage.data.manifest_entry or {}
+        variants[stage.data.variant] = variant_record(
+            by_id[stage.data.variant], facts, package=step.data.name, build_string=step.data.build_string,
+            pin=source.data.pin if source else None, commit=source.data.commit if source else None,
+            overrides=entry.get("overrides") or {}, notes=notes_of(build.data.build_dir))
+    return {"schema": SCHEMA, "bundle": plan.bundle, "version": plan.version, "build_number": plan.build_number,
+            "platform": plan.platform, "variants": variants}
+
+
+def tools_of(plan: Plan, project: Project) -> list[Tool]:
+    ids = {s.data.variant for s in plan.steps if s.action == "build"}
+    return [t for v in project.variants(project.bundle(plan.bundle)) if v.id in ids for t in v.toolchain]
+
+
+def dumps(doc: Mapping) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def load(directory: Path) -> dict | None:
+    path = Path(directory) / FILE
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
