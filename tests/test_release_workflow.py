@@ -115,9 +115,6 @@ def test_the_final_job_takes_every_build_jobs_artifact():
     assert not [s for s in jobs["release"]["steps"] if "release-part" in str(s.get("run", ""))]
 
 
-@pytest.mark.xfail(strict=True, reason="the manifest schema does not list the ds4-cpu and ds4-rocm backends the "
-                                       "ds4 recipes provide (schemas/manifest.schema.json), so the strix bundle's "
-                                       "metapackage step refuses it; fix the schema (and onebit's copy) with route")
 def test_every_released_bundle_makes_a_valid_manifest(tmp_path):
     from builders import manifest
 
