@@ -7,7 +7,6 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import yaml
 from workflow_replay import classify, load_jobs, substitute
 
