@@ -1,0 +1,137 @@
+"""Debian packages as toolchain inputs: where the archive is (the host's apt sources), a pinned .deb fetched and
+verified, its data member unpacked safely. The packages are built here in Debian's own format (ar + tar)."""
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+
+import pytest
+
+from builders import debs
+from builders.config import file_sha256
+from builders.errors import FetchError
+
+
+@pytest.mark.parametrize("text, deb822, want", [
+    ("Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\n"
+     "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\nComponents: main\n",
+     True, [("http://mirror.example/debian", ("bookworm", "bookworm-updates")),
+            ("http://mirror.example/debian-security", ("bookworm-security",))]),
+    ("Types: deb-src\nURIs: http://src.example/debian\nSuites: trixie\n", True, []),
+    ("Types: deb\nURIs: http://off.example/debian\nSuites: trixie\nEnabled: no\n", True, []),
+    ("# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://a.example/debian trixie main\n"
+     "deb-src http://a.example/debian trixie main\ndeb http://b.example/debian bookworm main # tail\n", False,
+     [("http://a.example/debian", ("trixie",)), ("http://b.example/debian", ("bookworm",))]),
+])
+def test_apt_sources(text, deb822, want):
+    assert debs.parse_sources(text, deb822=deb822) == want
+
+
+def test_the_security_archive_holds_no_pool():
+    sources = [("http://m.example/debian/", ("bookworm", "bookworm-updates")),
+               ("http://m.example/debian-security", ("bookworm-security",)), ("cdrom:[x]/", ("bookworm",)),
+               ("http://m.example/debian", ("trixie",))]
+    assert debs.debian_archives(sources) == ["http://m.example/debian"]
+
+
+def test_mirror_setting_first(tmp_path):
+    (tmp_path / "debian.sources").write_text("Types: deb\nURIs: http://host.example/debian\nSuites: trixie\n")
+    assert debs.mirrors({debs.MIRROR_ENV: "file:///srv/debian/"}, [tmp_path]) == ["file:///srv/debian",
+                                                                                 "http://host.example/debian"]
+    assert debs.mirrors({}, [tmp_path / "none"]) == []
+
+
+@pytest.mark.parametrize("path, ok", [
+    ("pool/main/s/shaderc/glslc_2025.2-1_amd64.deb", True),
+    ("pool/main/libs/libstdc++/libstdc++6_14.2.0-19_amd64.deb", True),
+    ("pool/main/s/shaderc/../../../etc/passwd.deb", False),
+    ("/pool/main/s/shaderc/glslc.deb", False),
+    ("pool/main/s/shaderc/glslc_2025.2-1_amd64.tar", False),
+])
+def test_pool_paths(path, ok):
+    assert (debs.pool_path_problem(path) is None) == ok
+
+
+def _tar_xz(members: list[tarfile.TarInfo | tuple[tarfile.TarInfo, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        for m in members:
+            info, data = m if isinstance(m, tuple) else (m, None)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def _info(name, *, data=b"", kind=tarfile.REGTYPE, link="", mode=0o644):
+    ti = tarfile.TarInfo(name)
+    ti.type, ti.linkname, ti.mode, ti.size, ti.mtime = kind, link, mode, len(data), int(time.time())
+    return (ti, data) if kind == tarfile.REGTYPE else ti
+
+
+def make_deb(path, members) -> None:
+    """A .deb as dpkg-deb writes it: ar with debian-binary, control.tar.xz, data.tar.xz."""
+    parts = [("debian-binary", b"2.0\n"), ("control.tar.xz", _tar_xz([_info("./control", data=b"Package: t\n")])),
+             ("data.tar.xz", _tar_xz(members))]
+    out = bytearray(b"!<arch>\n")
+    for name, data in parts:
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(data):<10}`\n".encode()
+        out += data + (b"\n" if len(data) % 2 else b"")
+    path.write_bytes(bytes(out))
+
+
+GOOD = [_info("./", kind=tarfile.DIRTYPE, mode=0o755), _info("./usr/bin/", kind=tarfile.DIRTYPE, mode=0o755),
+        _info("./usr/bin/tool", data=b"#!/bin/sh\necho tool\n", mode=0o755),
+        _info("./usr/lib/libx.so.1", data=b"lib"), _info("./usr/lib/libx.so", kind=tarfile.SYMTYPE, link="libx.so.1"),
+        _info("./usr/lib64/ld.so", kind=tarfile.SYMTYPE, link="/lib/x86_64-linux-gnu/ld.so")]
+
+
+@pytest.fixture
+def archive(tmp_path):
+    """A local Debian archive (file: URL) holding one package at its pool path."""
+    root = tmp_path / "archive"
+    deb = root / "pool/main/t/tool/tool_1.0-1_amd64.deb"
+    deb.parent.mkdir(parents=True)
+    make_deb(deb, GOOD)
+    return root, debs.Deb("pool/main/t/tool/tool_1.0-1_amd64.deb", file_sha256(deb))
+
+
+def test_fetch_verify_unpack_then_offline(tmp_path, archive):
+    root, deb = archive
+    got = debs.fetch(deb, tmp_path / "dl", archives=[f"file://{tmp_path / 'nowhere'}", f"file://{root}"])
+    assert got == tmp_path / "dl" / deb.sha256 / deb.name and file_sha256(got) == deb.sha256
+    out = tmp_path / "out"
+    assert debs.unpack(got, out) == 5  # the absolute link is skipped, not followed
+    assert (out / "usr/bin/tool").read_bytes().startswith(b"#!/bin/sh") and (out / "usr/bin/tool").stat().st_mode & 0o111
+    assert (out / "usr/lib/libx.so").is_symlink() and (out / "usr/lib/libx.so").resolve() == out / "usr/lib/libx.so.1"
+    assert not (out / "usr/lib64/ld.so").exists() and not (out / "usr/lib64/ld.so").is_symlink()
+    # offline: the cache answers, no archive is asked
+    assert debs.fetch(deb, tmp_path / "dl", offline=True, archives=[]) == got
+
+
+def test_wrong_bytes_are_refused(tmp_path, archive):
+    root, deb = archive
+    bad = debs.Deb(deb.path, "0" * 64)
+    with pytest.raises(FetchError, match="does not match the pinned"):
+        debs.fetch(bad, tmp_path / "dl", archives=[f"file://{root}"])
+    assert not (tmp_path / "dl" / ("0" * 64)).exists()
+    with pytest.raises(FetchError, match="--offline forbids downloading"):
+        debs.fetch(bad, tmp_path / "dl", offline=True)
+    with pytest.raises(FetchError, match="could not be downloaded"):
+        debs.fetch(debs.Deb("pool/main/t/tool/gone_1_amd64.deb", "1" * 64), tmp_path / "dl", archives=[f"file://{root}"])
+    with pytest.raises(FetchError, match="no Debian archive"):
+        debs.fetch(deb, tmp_path / "dl2", archives=[])
+
+
+@pytest.mark.parametrize("member", [_info("./../escape", data=b"x"), _info("/etc/abs", data=b"x"),
+                                    _info("./dev", kind=tarfile.CHRTYPE)])
+def test_unsafe_members_refuse_the_unpack(tmp_path, member):
+    deb = tmp_path / "bad.deb"
+    make_deb(deb, [member])
+    with pytest.raises(FetchError, match="unsafe|refusing"):
+        debs.unpack(deb, tmp_path / "out")
+
+
+def test_not_a_deb(tmp_path):
+    (tmp_path / "x.deb").write_bytes(b"PK\x03\x04 zip")
+    with pytest.raises(FetchError, match="not a Debian package"):
+        debs.unpack(tmp_path / "x.deb", tmp_path / "out")
