@@ -2,8 +2,8 @@
 
     <out>/1bit-<tag>-linux-x86_64.tar.zst        one top folder, LICENSE, NOTICE, licenses/<pin>/...
     <out>/*.conda                                 every package of every bundle (flat: release assets have no folders)
-    <out>/llama-<tag>-bin-ubuntu-*-x64.tar.gz      one Lemonade archive per llama-server backend
-    <out>/backend_versions.json                   the Lemonade fragment
+    <out>/llama-<tag>-*ubuntu-*x64.tar.{gz,xz}     one Lemonade archive per backend Lemonade has (cpu, vulkan, rocm, cuda)
+    <out>/backend_versions.json                   the Lemonade fragment (checksums under the repo Lemonade downloads from)
     <out>/sbom.cdx.json  changes.json  notes.md  SHA256SUMS (GNU, every file above, changes.json included)
 
 The directory is assembled aside and swapped into place, so a failed release leaves the previous one whole.
@@ -35,19 +35,22 @@ PLATFORM = "linux-x86_64"
 @dataclass
 class ReleaseConfig:
     repo: str
-    lemonade: dict = field(default_factory=dict)  # variant -> {rocm: "7.1", cuda_arch: "sm_120"}
+    lemonade: lemonade.Settings = field(default_factory=lemonade.Settings)
 
 
 def load_config(root: Path, env: Mapping[str, str] | None = None) -> ReleaseConfig:
-    """release.yaml at the project root (repo: owner/name, lemonade: per-variant parameters); $ONEBIT_RELEASE_REPO wins."""
+    """release.yaml at the project root (repo: owner/name; lemonade: see lemonade.settings); $ONEBIT_RELEASE_REPO wins."""
+    from .. import yamlio
+
     env = os.environ if env is None else env
     path = root / "release.yaml"
-    data = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    repo = env.get("ONEBIT_RELEASE_REPO") or (data or {}).get("repo")
+    doc = yamlio.load(path) if path.is_file() else None
+    data = doc.data if doc is not None and isinstance(doc.data, dict) else {}
+    repo = env.get("ONEBIT_RELEASE_REPO") or data.get("repo")
     if not repo:
         raise OnebitError("no release repository configured", where=str(path),
                           hint="add `repo: owner/name` to release.yaml or set ONEBIT_RELEASE_REPO")
-    return ReleaseConfig(repo=repo, lemonade=dict((data or {}).get("lemonade") or {}))
+    return ReleaseConfig(repo=repo, lemonade=lemonade.settings(doc, env))
 
 
 @dataclass
@@ -133,7 +136,6 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
         used = sorted(set(used) | (pins_used & set(pins)))
         lic = license_files(root, pins, used, git_cache, tmp / "scratch")
         backends: dict[str, Path] = {}
-        params = lemonade_params(config.lemonade, {k: v for b in built for k, v in b.toolchain.items()})
         for b in built:
             for pkg in b.packages:
                 _place(pkg, rel)
@@ -143,10 +145,10 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             tarball.write(rel / f"{name}.tar.zst", name, entries, mtime=mtime)
             prefix = prefixes[b.name]
             for _, backend, archive in lemonade.make_archives(prefix, tmp / "lemonade" / b.name, tag, lic, mtime=mtime,
-                                                              params=params):
+                                                              settings=config.lemonade):
                 backends[archive.name] = _place(archive, rel)
         if backends:
-            frag = lemonade.fragment(config.repo, tag, backends)
+            frag = lemonade.fragment(config.lemonade, tag, backends.values())
             (rel / "backend_versions.json").write_text(json.dumps(frag, indent=2) + "\n")
         patches = {}
         for recipe in sorted((root / "recipes").glob("*.yaml")):
@@ -192,18 +194,6 @@ def manifest_pins(prefix: Path) -> set[str]:
         return set()
     doc = json.loads(path.read_text())
     return {(b.get("source") or {}).get("pin") for b in doc.get("backends", {}).values()} - {None}
-
-
-def lemonade_params(configured: Mapping[str, dict], toolchain: Mapping[str, str]) -> dict[str, dict]:
-    """Pure: the configured asset-name parameters, with lean-rocm's ROCm major.minor from the toolchain when unset."""
-    import re
-
-    params = {k: dict(v) for k, v in configured.items()}
-    rocm = next((v for k, v in sorted(toolchain.items()) if k.startswith(("hipconfig", "amdclang")) and v), None)
-    m = re.match(r"^(\d+)\.(\d+)", rocm or "")
-    if m:
-        params.setdefault("lean-rocm", {}).setdefault("rocm", f"{m[1]}.{m[2]}")
-    return params
 
 
 def _has_rev(root: Path, rev: str) -> bool:
