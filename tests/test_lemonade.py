@@ -320,3 +320,24 @@ def test_bad_members_refused(tmp_path, member, kind):
         lemonade.install(arc, cache, tag=TAG)
     assert not (cache / "bin/llamacpp/cpu").exists()
     assert not (tmp_path / "evil").exists()
+
+
+def test_fragment_command_keys_checksums_under_the_download_repo(tmp_path, release, capsys, monkeypatch):
+    archives = [str(release["cpu"]), str(release["vulkan"])]
+    monkeypatch.delenv("ONEBIT_LEMONADE_REPO", raising=False)
+    assert main(["lemonade", "fragment", *archives, "--repo", "packager/mirror", "--out", str(tmp_path / "f.json")]) == 0
+    frag = json.loads((tmp_path / "f.json").read_text())
+    assert frag["llamacpp"] == {"cpu": TAG, "vulkan": TAG}
+    assert list(frag["checksums"]["github"]) == ["packager/mirror"]
+    assert frag["checksums"]["github"]["packager/mirror"][TAG][release["cpu"].name] == \
+        "sha256:" + hashlib.sha256(release["cpu"].read_bytes()).hexdigest()
+    # without --repo: release.yaml's lemonade.download_repo at --root, or ONEBIT_LEMONADE_REPO
+    (tmp_path / "release.yaml").write_text("repo: o/r\nlemonade:\n  download_repo: {cpu: a/cpu, vulkan: a/vk}\n")
+    capsys.readouterr()
+    assert main(["--root", str(tmp_path), "lemonade", "fragment", *archives]) == 0
+    assert sorted(json.loads(capsys.readouterr().out)["checksums"]["github"]) == ["a/cpu", "a/vk"]
+    monkeypatch.setenv("ONEBIT_LEMONADE_REPO", "env/repo")
+    assert main(["--root", str(tmp_path), "lemonade", "fragment", *archives]) == 0
+    assert list(json.loads(capsys.readouterr().out)["checksums"]["github"]) == ["env/repo"]
+    assert main(["lemonade", "fragment", *archives, "--repo", "not a repo"]) == 2
+    assert "--repo 'not a repo' is not owner/name" in capsys.readouterr().err
