@@ -79,7 +79,8 @@ def register(sub) -> None:
     lsub = s.add_subparsers(dest="lemonade_command", required=True, metavar="ACTION")
     i = lsub.add_parser(
         "install", help="install archives into <cache>/bin/<recipe>/<backend>/ as Lemonade does, and pin them",
-        description="Verify every archive (checksum, member names, size), then, holding the cache's lock, unpack each "
+        description="Verifies by default: give --sums or --fragment from the archives' release (or --no-verify). "
+                    "Verify every archive (checksum, member names, size), then, holding the cache's lock, unpack each "
                     "aside and swap it into <cache>/bin/<recipe>/<backend>/ with version.txt, and record the tag as "
                     "Lemonade's <backend>_bin setting (llamacpp.cpu_bin, ...) in its config.json, so Lemonade keeps "
                     f"this backend instead of replacing it with its stock build. Bound: {LIMITS.text()}.")
