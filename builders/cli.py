@@ -188,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .release.cli import register as register_release
     register_release(sub)
+    from .release.lemonade_cli import register as register_lemonade
+    register_lemonade(sub)
 
     try:
         from .pins.cli import register

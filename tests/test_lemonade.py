@@ -1,6 +1,7 @@
 """Lemonade's contract: archives from a real (gcc-built) prefix, the fragment, and `1bit-build lemonade install`."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 
 from builders.cli import main
 from builders.errors import OnebitError
+from builders import yamlio
 from builders.release import lemonade
 
 TAG = "v2026.48"
@@ -54,25 +56,46 @@ def licenses(tmp_path):
             "licenses/llama.cpp/LICENSE": tmp_path / "llama.cpp-LICENSE"}
 
 
-@pytest.mark.parametrize("variant, kw, name", [
+SETTINGS = lemonade.Settings(repos={"cpu": "ggml-org/llama.cpp", "vulkan": "ggml-org/llama.cpp",
+                                     "rocm-stable": "lemonade-sdk/llama.cpp", "cuda": "lemonade-sdk/llama.cpp"},
+                              therock="7.14", cuda_arch=("sm_90", "sm_120"))
+
+
+# the names Lemonade 11.7.0 asks for on Linux x86_64 (llamacpp_server.cpp get_install_params), with its TheRock 7.14.0
+@pytest.mark.parametrize("backend, kw, name", [
     ("cpu", {}, "llama-v2026.48-bin-ubuntu-x64.tar.gz"),
     ("vulkan", {}, "llama-v2026.48-bin-ubuntu-vulkan-x64.tar.gz"),
-    ("lean-rocm", {"rocm": "7.1"}, "llama-v2026.48-bin-ubuntu-rocm-7.1-x64.tar.gz"),
+    ("rocm-stable", {"therock": "7.14"}, "llama-v2026.48-bin-ubuntu-rocm-7.14-x64.tar.gz"),
     ("cuda", {"cuda_arch": "sm_120"}, "llama-v2026.48-ubuntu-cuda-sm_120-x64.tar.xz"),
-    ("hrx", {}, "llama-v2026.48-bin-ubuntu-hrx-x64.tar.gz"),
-    ("lean-vulkan", {}, "llama-v2026.48-bin-ubuntu-lean-vulkan-x64.tar.gz"),
 ])
-def test_names_round_trip(variant, kw, name):
-    assert lemonade.asset_name(variant, TAG, **kw) == name
+def test_names_round_trip(backend, kw, name):
+    assert lemonade.asset_name(backend, TAG, **kw) == name
     parsed = lemonade.parse_name(name)
-    assert (parsed.tag, parsed.recipe, parsed.backend) == (TAG, "llamacpp", lemonade.BACKENDS[variant])
+    assert (parsed.tag, parsed.recipe, parsed.backend) == (TAG, "llamacpp", backend)
 
 
-@pytest.mark.parametrize("variant, kw", [("lean-rocm", {}), ("lean-rocm", {"rocm": "7"}), ("cuda", {"cuda_arch": "120"}),
-                                         ("Bad/Name", {})])
-def test_names_refused(variant, kw):
+@pytest.mark.parametrize("backend, kw", [("rocm-stable", {}), ("rocm-stable", {"therock": "7"}),
+                                         ("rocm-stable", {"therock": "7.14.0"}), ("cuda", {"cuda_arch": "120"}),
+                                         ("hrx", {}), ("lean-vulkan", {}), ("Bad/Name", {})])
+def test_names_refused(backend, kw):
     with pytest.raises(OnebitError):
-        lemonade.asset_name(variant, TAG, **kw)
+        lemonade.asset_name(backend, TAG, **kw)
+
+
+@pytest.mark.parametrize("name", [
+    "llama-v2026.48-bin-ubuntu-hrx-x64.tar.gz",  # Lemonade has no hrx or lean-vulkan llamacpp backend
+    "llama-v2026.48-bin-ubuntu-lean-vulkan-x64.tar.gz",
+    "llama-v2026.48-ubuntu-x64.tar.gz",  # cpu is bin-ubuntu
+    "llama-v2026.48-bin-ubuntu-x64.tar.xz",
+    "llama-v2026.48-bin-ubuntu-cuda-sm_90-x64.tar.xz",  # cuda is ubuntu-cuda, .tar.xz
+    "llama-v2026.48-ubuntu-cuda-sm_90-x64.tar.gz",
+    "llama-v2026.48-bin-ubuntu-rocm-7-x64.tar.gz",
+    "llama-v2026-48-bin-ubuntu-x64.tar.gz",
+    "llama-../x-bin-ubuntu-x64.tar.gz",
+])
+def test_names_lemonade_never_asks_for_are_refused(name):
+    with pytest.raises(OnebitError, match="not the name of a Lemonade llama.cpp archive"):
+        lemonade.parse_name(name)
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -94,28 +117,96 @@ def test_member_problem(name, problem):
 
 
 def test_archives_hold_the_contract_and_are_deterministic(tmp_path, licenses):
-    prefix = build_prefix(tmp_path)
-    made = lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME)
+    prefix = build_prefix(tmp_path, ("cpu", "cuda", "hrx", "lean-rocm", "lean-vulkan", "vulkan"))
+    made = lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=SETTINGS)
+    # only the backends Lemonade has a slot for; hrx and lean-vulkan reach it through the onebit backend
     assert [(v, b, p.name) for v, b, p in made] == [
         ("cpu", "cpu", "llama-v2026.48-bin-ubuntu-x64.tar.gz"),
+        ("cuda", "cuda", "llama-v2026.48-ubuntu-cuda-sm_90-x64.tar.xz"),
+        ("cuda", "cuda", "llama-v2026.48-ubuntu-cuda-sm_120-x64.tar.xz"),
+        ("lean-rocm", "rocm-stable", "llama-v2026.48-bin-ubuntu-rocm-7.14-x64.tar.gz"),
         ("vulkan", "vulkan", "llama-v2026.48-bin-ubuntu-vulkan-x64.tar.gz")]
     for _, _, path in made:
         assert lemonade.contract_problems(path) == []
         with tarfile.open(path) as tar:
             names = tar.getnames()
             assert {m.mtime for m in tar.getmembers()} == {MTIME}
-        top = path.name.removesuffix(".tar.gz")
+        top = path.name.removesuffix(".tar.gz").removesuffix(".tar.xz")
         assert names == sorted(names)
         assert f"{top}/bin/llama-server" in names and f"{top}/lib/libggml.so.0" in names
         assert f"{top}/licenses/llama.cpp/LICENSE" in names
-        assert path.read_bytes()[4:8] == b"\0\0\0\0"  # gzip header mtime 0
-    again = lemonade.make_archives(prefix, tmp_path / "out2", TAG, licenses, mtime=MTIME)
+    assert made[0][2].read_bytes()[4:8] == b"\0\0\0\0"  # gzip header mtime 0
+    again = lemonade.make_archives(prefix, tmp_path / "out2", TAG, licenses, mtime=MTIME, settings=SETTINGS)
     assert [p.read_bytes() for *_, p in made] == [p.read_bytes() for *_, p in again]
 
-    frag = lemonade.fragment("1bit-MONSTER/1bit-engine", TAG, {b: p for _, b, p in made})
-    assert frag["llamacpp"] == {"cpu": TAG, "vulkan": TAG}
-    sums = frag["checksums"]["github"]["1bit-MONSTER/1bit-engine"][TAG]
-    assert sums["llama-v2026.48-bin-ubuntu-x64.tar.gz"] == "sha256:" + lemonade.sha256(made[0][2])
+    frag = lemonade.fragment(SETTINGS, TAG, [p for *_, p in made])
+    assert frag["llamacpp"] == {"cpu": TAG, "cuda": TAG, "rocm-stable": TAG, "vulkan": TAG}
+    # each checksum under the repository Lemonade downloads that backend from, where it looks it up
+    sums = frag["checksums"]["github"]
+    assert sorted(sums) == ["ggml-org/llama.cpp", "lemonade-sdk/llama.cpp"]
+    assert sorted(sums["ggml-org/llama.cpp"][TAG]) == ["llama-v2026.48-bin-ubuntu-vulkan-x64.tar.gz",
+                                                       "llama-v2026.48-bin-ubuntu-x64.tar.gz"]
+    assert sorted(sums["lemonade-sdk/llama.cpp"][TAG]) == ["llama-v2026.48-bin-ubuntu-rocm-7.14-x64.tar.gz",
+                                                           "llama-v2026.48-ubuntu-cuda-sm_120-x64.tar.xz",
+                                                           "llama-v2026.48-ubuntu-cuda-sm_90-x64.tar.xz"]
+    assert sums["ggml-org/llama.cpp"][TAG]["llama-v2026.48-bin-ubuntu-x64.tar.gz"] == \
+        "sha256:" + hashlib.sha256(made[0][2].read_bytes()).hexdigest()
+
+
+def test_the_rocm_and_cuda_archives_need_their_names_configured(tmp_path, licenses):
+    prefix = build_prefix(tmp_path, ("lean-rocm",))
+    with pytest.raises(OnebitError, match="TheRock major.minor"):
+        lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=lemonade.Settings())
+    prefix = build_prefix(tmp_path / "c", ("cuda",))
+    with pytest.raises(OnebitError, match="none is configured"):
+        lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=lemonade.Settings())
+    with pytest.raises(OnebitError, match="no download repository for Lemonade's cpu backend"):
+        lemonade.fragment(lemonade.Settings(), TAG, [tmp_path / "llama-v2026.48-bin-ubuntu-x64.tar.gz"])
+
+
+RELEASE_YAML = """repo: o/r
+lemonade:
+  read_from: lemonade-sdk/lemonade@e385039e
+  therock: "7.14"
+  download_repo:
+    cpu: ggml-org/llama.cpp
+    cuda: lemonade-sdk/llama.cpp
+  cuda_arch: [sm_90]
+"""
+
+
+def test_settings_from_release_yaml():
+    doc = yamlio.load_text(RELEASE_YAML, "release.yaml")
+    got = lemonade.settings(doc, {})
+    assert got == lemonade.Settings(repos={"cpu": "ggml-org/llama.cpp", "cuda": "lemonade-sdk/llama.cpp"},
+                                    therock="7.14", cuda_arch=("sm_90",), read_from="lemonade-sdk/lemonade@e385039e")
+    # one download repository for every backend: the environment, or one string
+    assert set(lemonade.settings(doc, {"ONEBIT_LEMONADE_REPO": "me/mirror"}).repos.values()) == {"me/mirror"}
+    one = lemonade.settings(yamlio.load_text("lemonade:\n  download_repo: me/mirror\n", "release.yaml"), {})
+    assert one.repos == {b: "me/mirror" for b in ("cpu", "cuda", "rocm-stable", "vulkan")}
+    assert lemonade.settings(None, {}) == lemonade.Settings()
+
+
+@pytest.mark.parametrize("text, line, match", [
+    ("lemonade:\n  therock: 7.14\n", 2, "major.minor in quotes"),
+    ("lemonade:\n  therock: '7.14.0'\n", 2, "major.minor"),
+    ("lemonade:\n  download_repo:\n    hrx: a/b\n", 3, "no llamacpp backend 'hrx'"),
+    ("lemonade:\n  download_repo:\n    cpu: nope\n", 3, "not owner/name"),
+    ("lemonade:\n  cuda_arch: [90]\n", 2, "sm_xx"),
+    ("lemonade:\n  rocm: '7.1'\n", 2, "unknown key 'rocm'"),
+    ("lemonade: [1]\n", 1, "must be a mapping"),
+])
+def test_settings_refuse_with_file_and_line(text, line, match):
+    with pytest.raises(OnebitError, match=match) as e:
+        lemonade.settings(yamlio.load_text(text, "release.yaml"), {})
+    assert str(e.value).startswith(f"release.yaml:{line}: ")
+
+
+def test_the_projects_release_yaml_reads():
+    root = Path(__file__).resolve().parent.parent
+    got = lemonade.settings(yamlio.load(root / "release.yaml"), {})
+    assert got.therock and set(got.repos) == {"cpu", "vulkan", "rocm-stable", "cuda"} and got.cuda_arch
+    assert got.read_from.startswith("lemonade-sdk/lemonade@")
 
 
 def test_two_servers_refused(tmp_path, licenses):
@@ -142,19 +233,22 @@ def test_contract_problems_on_a_bad_archive(tmp_path):
 def release(tmp_path, licenses):
     prefix = build_prefix(tmp_path)
     out = tmp_path / "release"
-    made = lemonade.make_archives(prefix, out, TAG, licenses, mtime=MTIME)
-    (out / "backend_versions.json").write_text(
-        json.dumps(lemonade.fragment("o/r", TAG, {b: p for _, b, p in made})))
+    made = lemonade.make_archives(prefix, out, TAG, licenses, mtime=MTIME, settings=SETTINGS)
+    (out / "backend_versions.json").write_text(json.dumps(lemonade.fragment(SETTINGS, TAG, [p for *_, p in made])))
     (out / "SHA256SUMS").write_text("".join(f"{lemonade.sha256(p)}  {p.name}\n" for *_, p in made))
     return {b: p for _, b, p in made} | {"dir": out}
 
 
 def test_install_layout_and_run_without_ld_library_path(tmp_path, release, monkeypatch):
     cache = tmp_path / "lemonade"
-    monkeypatch.setenv("LEMONADE_CACHE_DIR", str(cache))
+    monkeypatch.setenv("LEMONADE_CACHE_DIR", str(cache))  # the cache moves; Lemonade's config stays in XDG_CONFIG_HOME
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
     assert main(["lemonade", "install", str(release["cpu"]), str(release["vulkan"]),
                  "--fragment", str(release["dir"] / "backend_versions.json")]) == 0
+    assert json.loads((tmp_path / "xdg/lemonade/config.json").read_text()) == {
+        "llamacpp": {"cpu_bin": TAG, "vulkan_bin": TAG}}
     for backend in ("cpu", "vulkan"):
         inst = cache / "bin/llamacpp" / backend
         assert (inst / "version.txt").read_bytes() == TAG.encode()
@@ -163,7 +257,8 @@ def test_install_layout_and_run_without_ld_library_path(tmp_path, release, monke
         assert all(p.stat().st_mode & 0o777 == 0o755 for p in inst.rglob("*") if p.is_file())
         run = subprocess.run([inst / "bin/llama-server"], check=True, capture_output=True, text=True, env={"PATH": os.defpath})
         assert run.stdout == "server on ggml\n"
-    assert sorted(p.name for p in (cache / "bin/llamacpp").iterdir()) == ["cpu", "vulkan"]  # no .staging/.old left
+    assert sorted(p.name for p in (cache / "bin/llamacpp").iterdir()) == ["cpu", "vulkan"]  # nothing left aside
+    assert sorted(p.name for p in cache.iterdir()) == ["bin", "bin.lock"]
 
 
 def test_install_with_sums_and_overrides(tmp_path, release):
@@ -171,6 +266,7 @@ def test_install_with_sums_and_overrides(tmp_path, release):
     assert main(["lemonade", "install", str(release["cpu"]), "--cache", str(cache), "--recipe", "onebit",
                  "--backend", "llama-cpu", "--sums", str(release["dir"] / "SHA256SUMS")]) == 0
     assert (cache / "bin/onebit/llama-cpu/version.txt").read_text() == TAG
+    assert not (cache / "config.json").exists()  # Lemonade has no version setting for that recipe to pin
 
 
 def test_checksum_mismatch_installs_nothing(tmp_path, release, capsys):
@@ -185,7 +281,7 @@ def test_checksum_mismatch_installs_nothing(tmp_path, release, capsys):
     assert sorted(p.name for p in (cache / "bin/llamacpp").iterdir()) == ["cpu"]
 
 
-def test_interrupted_install_keeps_the_previous_one(tmp_path, release, monkeypatch):
+def test_an_error_while_unpacking_keeps_the_previous_install(tmp_path, release, monkeypatch):
     cache = tmp_path / "c"
     lemonade.install(release["cpu"], cache, tag="v2026.47")
     real = lemonade.shutil.copyfileobj
@@ -203,12 +299,7 @@ def test_interrupted_install_keeps_the_previous_one(tmp_path, release, monkeypat
     monkeypatch.undo()
     assert (cache / "bin/llamacpp/cpu/version.txt").read_text() == "v2026.47"
     assert (cache / "bin/llamacpp/cpu/bin/llama-server").is_file()
-    # a swap interrupted between its renames (only .old left) is restored by the next install
-    os.replace(cache / "bin/llamacpp/cpu", cache / "bin/llamacpp/cpu.old")
-    (cache / "bin/llamacpp/cpu.staging").mkdir()
-    lemonade.install(release["cpu"], cache)
     assert sorted(p.name for p in (cache / "bin/llamacpp").iterdir()) == ["cpu"]
-    assert (cache / "bin/llamacpp/cpu/version.txt").read_text() == TAG
 
 
 @pytest.mark.parametrize("member, kind", [("../evil", "file"), ("/abs", "file"), ("top/link", "symlink"),
@@ -226,6 +317,27 @@ def test_bad_members_refused(tmp_path, member, kind):
             tar.addfile(ti, io.BytesIO(b""))
     cache = tmp_path / "c"
     with pytest.raises(OnebitError, match="nothing was installed"):
-        lemonade.install(arc, cache)
+        lemonade.install(arc, cache, tag=TAG)
     assert not (cache / "bin/llamacpp/cpu").exists()
     assert not (tmp_path / "evil").exists()
+
+
+def test_fragment_command_keys_checksums_under_the_download_repo(tmp_path, release, capsys, monkeypatch):
+    archives = [str(release["cpu"]), str(release["vulkan"])]
+    monkeypatch.delenv("ONEBIT_LEMONADE_REPO", raising=False)
+    assert main(["lemonade", "fragment", *archives, "--repo", "packager/mirror", "--out", str(tmp_path / "f.json")]) == 0
+    frag = json.loads((tmp_path / "f.json").read_text())
+    assert frag["llamacpp"] == {"cpu": TAG, "vulkan": TAG}
+    assert list(frag["checksums"]["github"]) == ["packager/mirror"]
+    assert frag["checksums"]["github"]["packager/mirror"][TAG][release["cpu"].name] == \
+        "sha256:" + hashlib.sha256(release["cpu"].read_bytes()).hexdigest()
+    # without --repo: release.yaml's lemonade.download_repo at --root, or ONEBIT_LEMONADE_REPO
+    (tmp_path / "release.yaml").write_text("repo: o/r\nlemonade:\n  download_repo: {cpu: a/cpu, vulkan: a/vk}\n")
+    capsys.readouterr()
+    assert main(["--root", str(tmp_path), "lemonade", "fragment", *archives]) == 0
+    assert sorted(json.loads(capsys.readouterr().out)["checksums"]["github"]) == ["a/cpu", "a/vk"]
+    monkeypatch.setenv("ONEBIT_LEMONADE_REPO", "env/repo")
+    assert main(["--root", str(tmp_path), "lemonade", "fragment", *archives]) == 0
+    assert list(json.loads(capsys.readouterr().out)["checksums"]["github"]) == ["env/repo"]
+    assert main(["lemonade", "fragment", *archives, "--repo", "not a repo"]) == 2
+    assert "--repo 'not a repo' is not owner/name" in capsys.readouterr().err

@@ -25,7 +25,7 @@ def clone(mini, dest: Path) -> Path:
     shutil.copytree(mini.root, dest)
     (dest / "LICENSE").write_text("Apache-2.0\n")
     (dest / "NOTICE").write_text("mini\n")
-    (dest / "release.yaml").write_text("repo: 1bit-MONSTER/mini\n")
+    (dest / "release.yaml").write_text("repo: 1bit-MONSTER/mini\nlemonade:\n  download_repo: {cpu: ggml-org/llama.cpp}\n")
     git(dest, "init", "-q", "-b", "main")
     git(dest, "add", ".")
     git(dest, "commit", "-qm", "mini")
@@ -56,7 +56,8 @@ def mini(tmp_path):
     m.set_pin(commit=commit)
     recipe = m.recipe()
     recipe["build"]["build_type"] = "RelWithDebInfo"  # debug info records the build dir
-    recipe["stage"] = {"root": "libexec/onebit/{variant}", "keep": ["bin/llama-server", "lib/libgreet.so*"],
+    # installed as the cpu backend: Lemonade archives are made only for the backends Lemonade has
+    recipe["stage"] = {"root": "libexec/onebit/cpu", "keep": ["bin/llama-server", "lib/libgreet.so*"],
                        "binaries": {"llama-server": "bin/llama-server"},
                        "links": {"bin/llama-server-{variant}": "bin/llama-server"}}
     recipe["tests"] = [{"name": "the patched greeting", "run": ["bin/llama-server"], "expect": "hello from onebit"}]
@@ -78,8 +79,8 @@ def test_two_release_builds_are_byte_identical(mini, tmp_path, monkeypatch):
     assert repro.compare_dirs(a, b, shipped) == []
     assert (a / "SHA256SUMS").read_text() == (b / "SHA256SUMS").read_text()
     assert os.path.getsize(a / "sbom.cdx.json") > 0
-    assert f"llama-{TAG}-bin-ubuntu-hello-x64.tar.gz" in names
-    assert lemonade.contract_problems(a / f"llama-{TAG}-bin-ubuntu-hello-x64.tar.gz") == []
+    assert f"llama-{TAG}-bin-ubuntu-x64.tar.gz" in names
+    assert lemonade.contract_problems(a / f"llama-{TAG}-bin-ubuntu-x64.tar.gz") == []
     # every .conda carries its upstream's license under info/licenses/
     for conda in (a / n for n in names if n.startswith("onebit-hello")):
         with zipfile.ZipFile(conda) as z:
@@ -92,12 +93,12 @@ def test_two_release_builds_are_byte_identical(mini, tmp_path, monkeypatch):
 
     # Lemonade's layout, offline, checked against the fragment; the installed server runs with no LD_LIBRARY_PATH
     cache = tmp_path / "lemonade"
-    assert main(["lemonade", "install", str(a / f"llama-{TAG}-bin-ubuntu-hello-x64.tar.gz"), "--cache", str(cache),
+    assert main(["lemonade", "install", str(a / f"llama-{TAG}-bin-ubuntu-x64.tar.gz"), "--cache", str(cache),
                  "--fragment", str(a / "backend_versions.json")]) == 0
-    server = cache / "bin/llamacpp/hello/bin/llama-server"
+    server = cache / "bin/llamacpp/cpu/bin/llama-server"
     run = subprocess.run([server], capture_output=True, text=True, check=True, env={"PATH": os.defpath})
     assert run.stdout == "hello from onebit\n"
-    assert (cache / "bin/llamacpp/hello/version.txt").read_text() == TAG
+    assert (cache / "bin/llamacpp/cpu/version.txt").read_text() == TAG
 
 
 def test_release_publish_and_respin(mini, tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ from builders import tarball as tarballs
 
 TAG = "v2026.48"
 MTIME = 1767225600
+LEMONADE = lemonade.Settings(repos={"cpu": "ggml-org/llama.cpp"})
 
 
 @pytest.fixture
@@ -53,7 +54,8 @@ def world(tmp_path):
 
 def run(world, out):
     return flow.assemble(root=world["root"], out=out, tag=TAG, previous_tag=None, date=dt.date(2026, 11, 29),
-                         config=flow.ReleaseConfig(repo="1bit-MONSTER/1bit-engine"), built=[world["built"]],
+                         config=flow.ReleaseConfig(repo="1bit-MONSTER/1bit-engine", lemonade=LEMONADE),
+                         built=[world["built"]],
                          git_cache=lambda c: world["cache"] / f"{c}.git", mtime=MTIME)
 
 
@@ -79,7 +81,9 @@ def test_release_directory(world, tmp_path):
         assert "llama-v2026.48-bin-ubuntu-x64/licenses/llama.cpp/LICENSE" in tar.getnames()
     frag = json.loads((out / "backend_versions.json").read_text())
     assert frag["llamacpp"] == {"cpu": TAG}
-    assert frag["checksums"]["github"]["1bit-MONSTER/1bit-engine"][TAG]["llama-v2026.48-bin-ubuntu-x64.tar.gz"] == \
+    # keyed under the repository Lemonade downloads the cpu backend from, not the one the release is published to
+    assert list(frag["checksums"]["github"]) == ["ggml-org/llama.cpp"]
+    assert frag["checksums"]["github"]["ggml-org/llama.cpp"][TAG]["llama-v2026.48-bin-ubuntu-x64.tar.gz"] == \
         "sha256:" + sums["llama-v2026.48-bin-ubuntu-x64.tar.gz"]
     doc = json.loads((out / "changes.json").read_text())
     assert doc["tag"] == TAG and doc["pins"]["llama.cpp"]["to"] == world["c1"]
@@ -123,28 +127,14 @@ def test_previous(existing, current, prev):
 def test_config(tmp_path):
     with pytest.raises(OnebitError, match="no release repository"):
         flow.load_config(tmp_path, {})
-    (tmp_path / "release.yaml").write_text("repo: o/r\nlemonade:\n  lean-rocm: {rocm: '7.1'}\n"
+    (tmp_path / "release.yaml").write_text("repo: o/r\nlemonade:\n  therock: '7.14'\n  download_repo: {cpu: a/b}\n"
                                            "fan_out:\n  cuda: CMAKE_CUDA_ARCHITECTURES\n")
-    assert flow.load_config(tmp_path, {}).lemonade == {"lean-rocm": {"rocm": "7.1"}}
+    assert flow.load_config(tmp_path, {}).lemonade == lemonade.Settings(repos={"cpu": "a/b"}, therock="7.14")
     assert flow.load_config(tmp_path, {}).fan_out == {"cuda": "CMAKE_CUDA_ARCHITECTURES"}
     assert flow.load_config(tmp_path, {"ONEBIT_RELEASE_REPO": "x/y"}).repo == "x/y"
-
-
-ROCM = {"lean-rocm": {"tools": {"amdclang++": "20.0.0", "hipconfig": "7.1.25300"}}}
-
-
-@pytest.mark.parametrize("configured, records, fixed, expected", [
-    ({}, {}, {}, {}),
-    # the ROCm major.minor is hipconfig's, as the build job recorded it; amdclang's own version is not ROCm's
-    ({}, ROCM, {}, {"lean-rocm": {"rocm": "7.1"}}),
-    ({"lean-rocm": {"rocm": "6.4"}}, ROCM, {}, {"lean-rocm": {"rocm": "6.4"}}),
-    ({}, {"hrx": {"tools": {"amdclang": "20.0.0"}}}, {}, {}),
-    # a flavor of the nvidia bundle fixes its one architecture over release.yaml's list
-    ({"cuda": {"cuda_arch": ["sm_80", "sm_90"]}}, {"cuda": {"tools": {"nvcc": "13.0"}}}, {"cuda": {"cuda_arch": "sm_90"}},
-     {"cuda": {"cuda_arch": "sm_90"}}),
-])
-def test_lemonade_params(configured, records, fixed, expected):
-    assert flow.lemonade_params(configured, records, fixed) == expected
+    (tmp_path / "release.yaml").write_text("repo: o/r\nlemonade:\n  therock: 7.1\n")
+    with pytest.raises(OnebitError, match="release.yaml:3: lemonade.therock"):
+        flow.load_config(tmp_path, {})
 
 
 def test_installed_dists_and_manifest_pins(tmp_path):

@@ -18,6 +18,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 from release_fixture import REPO, clean_env, make_fixture, shim_versions
 from workflow_replay import Replay, RunnerModel
 
@@ -158,8 +159,10 @@ def test_what_the_builds_knew_reached_the_release(replay):
     names = {p.name for p in dist.iterdir()}
     assert {f"1bit-cpu-{tag}-linux-x86_64.tar.zst", f"1bit-strix-{tag}-linux-x86_64.tar.zst"} <= names
     assert {f"1bit-nvidia-sm_{a}-{tag}-linux-x86_64.tar.zst" for a in (80, 86, 89, 90, 120)} <= names
-    # lean-rocm's archive is named from the hipconfig its Strix Halo job ran; the assembling runner has none
-    assert f"llama-{tag}-bin-ubuntu-rocm-7.1-x64.tar.gz" in names
+    # lean-rocm's archive is named with the TheRock major.minor Lemonade asks for (release.yaml, read from Lemonade's
+    # source), not the ROCm any runner has
+    therock = yaml.safe_load((ROOT / "release.yaml").read_text())["lemonade"]["therock"]
+    assert f"llama-{tag}-bin-ubuntu-rocm-{therock}-x64.tar.gz" in names
     # one Lemonade cuda archive per architecture, each holding that architecture's own build
     for arch in ("80-virtual", "90-real", "120-real"):
         sm = f"sm_{arch.split('-')[0]}"

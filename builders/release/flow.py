@@ -2,14 +2,15 @@
 
     <out>/1bit-<tag>-linux-x86_64.tar.zst        one top folder, LICENSE, NOTICE, licenses/<pin>/...
     <out>/*.conda                                 every package of every bundle (flat: release assets have no folders)
-    <out>/llama-<tag>-bin-ubuntu-*-x64.tar.gz      one Lemonade archive per llama-server backend
-    <out>/backend_versions.json                   the Lemonade fragment
+    <out>/llama-<tag>-*ubuntu-*x64.tar.{gz,xz}     one Lemonade archive per backend Lemonade has (cpu, vulkan, rocm, cuda)
+    <out>/backend_versions.json                   the Lemonade fragment (checksums under the repo Lemonade downloads from)
     <out>/sbom.cdx.json  changes.json  notes.md  SHA256SUMS (GNU, every file above, changes.json included)
 
 The directory is assembled aside and swapped into place, so a failed release leaves the previous one whole.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -35,22 +36,25 @@ PLATFORM = "linux-x86_64"
 @dataclass
 class ReleaseConfig:
     repo: str
-    lemonade: dict = field(default_factory=dict)  # variant -> {rocm: "7.1", cuda_arch: "sm_120"}
+    lemonade: lemonade.Settings = field(default_factory=lemonade.Settings)
     fan_out: dict = field(default_factory=dict)  # variant or recipe -> the build option CI builds once per value
 
 
 def load_config(root: Path, env: Mapping[str, str] | None = None) -> ReleaseConfig:
-    """release.yaml at the project root (repo: owner/name, lemonade: per-variant parameters, fan_out: variant ->
+    """release.yaml at the project root (repo: owner/name; lemonade: see lemonade.settings; fan_out: variant ->
     option); $ONEBIT_RELEASE_REPO wins."""
+    from .. import yamlio
+
     env = os.environ if env is None else env
     path = root / "release.yaml"
-    data = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    repo = env.get("ONEBIT_RELEASE_REPO") or (data or {}).get("repo")
+    doc = yamlio.load(path) if path.is_file() else None
+    data = doc.data if doc is not None and isinstance(doc.data, dict) else {}
+    repo = env.get("ONEBIT_RELEASE_REPO") or data.get("repo")
     if not repo:
         raise OnebitError("no release repository configured", where=str(path),
                           hint="add `repo: owner/name` to release.yaml or set ONEBIT_RELEASE_REPO")
-    return ReleaseConfig(repo=repo, lemonade=dict((data or {}).get("lemonade") or {}),
-                         fan_out={str(k): str(v) for k, v in ((data or {}).get("fan_out") or {}).items()})
+    return ReleaseConfig(repo=repo, lemonade=lemonade.settings(doc, env),
+                         fan_out={str(k): str(v) for k, v in (data.get("fan_out") or {}).items()})
 
 
 @dataclass
@@ -153,12 +157,14 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             entries = tarball.tree_entries(prefixes[b.name])  # the bundle's tree, links kept, plus the licenses
             entries.update({rel: tarball.Entry(src=path, executable=False) for rel, path in lic.items()})
             tarball.write(rel / f"{name}.tar.zst", name, entries, mtime=mtime)
-            params = lemonade_params(config.lemonade, b.records, b.params)
+            # a flavor of a fanned-out variant (nvidia-sm_90) names its Lemonade archive after that architecture alone
+            arch = next((p["cuda_arch"] for p in (b.params or {}).values() if p.get("cuda_arch")), None)
+            settings = dataclasses.replace(config.lemonade, cuda_arch=(arch,)) if arch else config.lemonade
             for _, backend, archive in lemonade.make_archives(prefixes[b.name], tmp / "lemonade" / b.name, tag, lic,
-                                                              mtime=mtime, params=params):
+                                                              mtime=mtime, settings=settings):
                 backends[archive.name] = _place(archive, rel)
         if backends:
-            frag = lemonade.fragment(config.repo, tag, backends)
+            frag = lemonade.fragment(config.lemonade, tag, backends.values())
             (rel / "backend_versions.json").write_text(json.dumps(frag, indent=2) + "\n")
         patches = {}
         for recipe in sorted((root / "recipes").glob("*.yaml")):
@@ -207,23 +213,6 @@ def manifest_pins(prefix: Path) -> set[str]:
         return set()
     doc = json.loads(path.read_text())
     return {(b.get("source") or {}).get("pin") for b in doc.get("backends", {}).values()} - {None}
-
-
-def lemonade_params(configured: Mapping[str, dict], records: Mapping[str, Mapping],
-                    fixed: Mapping[str, Mapping] | None = None) -> dict[str, dict]:
-    """Pure: the Lemonade asset-name parameters of one bundle. What the bundle fixes (a flavor's CUDA architecture)
-    wins; then release.yaml's; a ROCm variant's major.minor otherwise comes from the hipconfig its build ran
-    (toolchain.json), never from the machine that assembles."""
-    import re
-
-    params = {k: dict(v) for k, v in configured.items()}
-    for variant, rec in records.items():
-        m = re.match(r"^(\d+)\.(\d+)", (rec.get("tools") or {}).get("hipconfig") or "")
-        if m:
-            params.setdefault(variant, {}).setdefault("rocm", f"{m[1]}.{m[2]}")
-    for variant, extra in (fixed or {}).items():
-        params.setdefault(variant, {}).update(extra)
-    return params
 
 
 def _has_rev(root: Path, rev: str) -> bool:
