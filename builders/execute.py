@@ -221,15 +221,18 @@ class Executor:
         d: BuildData = step.data
         build_dir = Path(d.build_dir)
         (build_dir / KEY_FILE).unlink(missing_ok=True)
-        source_file = build_dir / ".onebit-source"
+        source_file, flags_file = build_dir / ".onebit-source", build_dir / ".onebit-flags"
         configured = _cmake_home(build_dir)
-        stale = (build_dir.is_dir() and any(build_dir.iterdir()) and not _holds(source_file, d.source_dir)) or (
+        used = build_dir.is_dir() and any(build_dir.iterdir())
+        stale = (used and not (_holds(source_file, d.source_dir) and _holds(flags_file, d.flags))) or (
             configured is not None and configured != d.source_dir)
         if d.fresh_dir or stale:
-            # configured against another checkout, or by a builder that did not record which: start clean
+            # configured against another checkout or with other path maps (CMake reads CFLAGS only when it first
+            # configures), or by a builder that did not record which: start clean
             shutil.rmtree(build_dir, ignore_errors=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         source_file.write_text(d.source_dir + "\n")
+        flags_file.write_text(d.flags + "\n")
         kind = KINDS[d.kind]
         if not d.network_isolated:
             self.console.log(f"[yellow]network not isolated[/] for {d.variant}: this host cannot cut it (unshare --net "

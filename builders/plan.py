@@ -7,13 +7,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from . import companion_steps
 from .config import Pin, Project, Tool, Variant
 from .host import HostFacts, ToolFact, version_ok, wheel_root
-from .kinds import KINDS, KindContext
-from . import repro
+from .kinds import KINDS, KindContext, flags
 from .errors import OnebitError
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, ExtraSource, FetchData, Layout, PackageData,
                          Plan, RecipeTest, SourceData, StageData, Step, ToolchainData, WheelsData, digest)
@@ -31,6 +31,7 @@ class Source:
     commit: str | None
     short: str
     pin: Pin | None
+    name: str = ""  # names the checkout in the path maps: one target per checkout, whichever variant builds it
     step_id: str | None = None
 
 
@@ -119,7 +120,8 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
     if recipe.pin_name is None:
         local = recipe.source["local"]
         d = project.digests.get(f"local:{local}", "")
-        return Source(key=digest("local", local, d), dir=str(project.root / local), commit=None, short=d[:7], pin=None)
+        return Source(key=digest("local", local, d), dir=str(project.root / local), commit=None, short=d[:7], pin=None,
+                      name=Path(local).name or recipe.name)
     pin = project.pins[recipe.pin_name]
     extra = [(project.pins[e["pin"]], e["into"]) for e in recipe.source.get("extra", [])]
     for p in [pin] + [e for e, _ in extra]:
@@ -159,7 +161,7 @@ def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str,
                             extra=tuple(ExtraSource(e.name, e.commit, into) for e, into in extra), where=str(recipe.path),
                             submodules_lock=str(companion_steps.submodules_lock(layout, pin, subs)) if subs else None),
         )
-    return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin, step_id=step_id)
+    return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin, name=pin.name, step_id=step_id)
 
 
 def apply_overrides(variant: Variant, overrides: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
@@ -237,10 +239,11 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         launcher=launcher.path if launcher and launcher.found else None,
         net_cut=host.net_cut if variant.network == "none" else (),
         # ccache: paths relative to the work dir, so a fresh work dir (CI, tests) still hits the cache
-        extra_env={**({"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if launcher and launcher.found else {}),
-                   # no work, cache or $HOME path in what ships (and the same bytes from any work dir)
-                   **repro.prefix_map_env(repro.build_maps(source=source.dir, build=str(build_dir), recipe=recipe.name,
-                                                           cache=str(layout.cache), home=host.home), env)},
+        extra_env={"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if launcher and launcher.found else {},
+        # no work, cache or $HOME path in what ships (and the same bytes from any work dir and any ccache history);
+        # each kind adds them where upstream leaves room (builders/kinds/flags.py)
+        maps=tuple(flags.build_maps(source=source.dir, build=str(build_dir), name=source.name, cache=str(layout.cache),
+                                    home=host.home)),
     )
     kind = KINDS[variant.kind]
     needs = [source.step_id] if source.step_id else []
@@ -271,7 +274,7 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
     needs += [c.id for c in companions]
     toolchain = sorted((t.key, (host.tools.get(t.key).version if host.tools.get(t.key) else None)) for t in variant.toolchain
                        if not t.optional)
-    build_key = digest("build", BUILDER_VERSION, repro.PREFIX_MAPS, source.key, variant.kind, options, variant.targets, env,
+    build_key = digest("build", BUILDER_VERSION, flags.PREFIX_MAPS, source.key, variant.kind, options, variant.targets, env,
                        commands, variant.build_type, toolchain, wheels_key if wheels else None, install_prefix,
                        *[c.key for c in companions])
     steps[f"build:{variant.id}"] = Step(
@@ -283,7 +286,7 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
         needs=tuple(needs),
         data=BuildData(variant=variant.id, kind=variant.kind, build_dir=str(build_dir), source_dir=source.dir,
                        fresh_dir=variant.kind == "script", where=where,
-                       network_isolated=variant.network != "none" or bool(host.net_cut)),
+                       network_isolated=variant.network != "none" or bool(host.net_cut), flags=digest(ctx.maps)),
     )
     bstring = build_string(variant, source.short, build_number, overrides)
     manifest_entry = None

@@ -117,6 +117,8 @@ class BuildData:
     fresh_dir: bool  # script kinds start from an empty dir
     where: str
     network_isolated: bool = True  # False: the recipe asks for no network but this host cannot cut it
+    flags: str = ""  # digest of the path maps: a build dir configured with other flags is wiped first (CMake reads
+    #                  CFLAGS only on its first configure)
 
 
 @dataclass(frozen=True)
