@@ -182,3 +182,26 @@ def test_plan_json(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["bundle"] == "cpu" and doc["steps"][0]["id"] == "fetch:llama.cpp"
     assert all(len(s["key"]) == 64 for s in doc["steps"])
+
+
+def test_the_walk_of_a_bundle_name_crosses_four_modules():
+    """Issue 18: following a bundle name through make_plan should take at most 4 files: plan.py (the planners),
+    config.py (the bundle's variants), host.py (is a tool new enough) and the build kinds; plan_types.py holds the
+    data the steps are made of. Measured from the functions that run, not from the imports."""
+    import sys
+
+    ran: set[str] = set()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            path = Path(frame.f_code.co_filename)
+            if path.is_relative_to(ROOT / "builders"):
+                ran.add(path.relative_to(ROOT).with_suffix("").as_posix())
+
+    sys.setprofile(profile)
+    try:
+        make_plan(PROJECT, "strix", facts(), LAYOUT)
+    finally:
+        sys.setprofile(None)
+    modules = {"builders/kinds" if m.startswith("builders/kinds/") else m for m in ran} - {"builders/plan_types"}
+    assert modules == {"builders/plan", "builders/config", "builders/host", "builders/kinds"}, sorted(ran)
