@@ -19,6 +19,7 @@ from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
 from .plan import clobbers
+from .session import log_to, new_console
 from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, SourceData, StageData, Step,
                          SubmodulesData, ToolchainData, WheelsData, digest)
 from . import licenses
@@ -26,6 +27,14 @@ from .stage import KEY_FILE
 
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
 PLAIN_PROGRESS_EVERY = 30.0  # seconds between plain progress lines when the output is not a terminal
+
+
+def progress_every() -> float:
+    """Seconds between plain progress lines off a terminal: $ONEBIT_PROGRESS_EVERY, else PLAIN_PROGRESS_EVERY."""
+    try:
+        return max(0.0, float(os.environ["ONEBIT_PROGRESS_EVERY"]))
+    except (KeyError, ValueError):
+        return PLAIN_PROGRESS_EVERY
 
 
 @dataclass
@@ -42,7 +51,8 @@ class Executor:
         self.project = project
         self.offline = offline
         self.force = force
-        self.console = console or Console(stderr=True)
+        self.console = console or new_console()
+        self.log = log_to(self.console)
         self.layout = plan.layout
         self.report = Report()
         self.log_dir = self.layout.work / "logs"
@@ -94,14 +104,17 @@ class Executor:
         unknown = sorted({s.action for s in self.plan.steps} - set(ACTIONS))
         if unknown:
             raise BuildError(f"no executor for step action(s) {', '.join(unknown)}", hint="a planner and ACTIONS disagree")
+        live = self.console.is_terminal  # off a terminal: one line per step and plain progress lines, no live bars
         with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=self.console, transient=False) as progress:
+                      TimeElapsedColumn(), console=self.console, transient=False, disable=not live) as progress:
             overall = progress.add_task(f"{self.plan.bundle}: {len(self.plan.steps)} steps", total=len(self.plan.steps))
-            for step in self.plan.steps:
+            for i, step in enumerate(self.plan.steps, 1):
                 if self.is_cached(step):
                     self.report.cached.append(step.id)
                     progress.advance(overall)
                     continue
+                if not live:
+                    self.log(f"step {i}/{len(self.plan.steps)} {step.id}: {step.title}")
                 task = progress.add_task(step.title, total=None)
                 started = time.monotonic()
                 ACTIONS[step.action](self, step, progress, task)
@@ -128,7 +141,7 @@ class Executor:
                 if noter:
                     note, more = noter(i, output)
                     if note:
-                        self.console.log(f"[yellow]{step.id}[/]: {note}")
+                        self.log(f"[yellow]{step.id}[/]: {note}")
                         log.write(f"# onebit: {note}\n")
                     facts.update(more)
         return facts
@@ -145,6 +158,7 @@ class Executor:
         captured = []
         assert proc.stdout is not None
         started = last = time.monotonic()
+        every = progress_every()
         for line in proc.stdout:
             log.write(line)
             captured.append(line)
@@ -153,11 +167,12 @@ class Executor:
                 progress.update(task, completed=int(m.group(1)), total=int(m.group(2)))
                 log.flush()  # so `tail -f` on the log follows the build
             now = time.monotonic()
-            if not self.console.is_terminal and now - last >= PLAIN_PROGRESS_EVERY:
+            if not self.console.is_terminal and now - last >= every:
                 # CI logs: a plain line about every 30 s, since the live bar only draws on a terminal
                 last = now
                 done = f" [{m.group(1)}/{m.group(2)}]" if m else ""
-                self.console.print(f"... {label or cmd.argv[0]}{done} {int(now - started)} s", highlight=False, markup=False)
+                self.console.print(f"... {label or cmd.argv[0]}{done} {int(now - started)} s", highlight=False, markup=False,
+                                   soft_wrap=True)
         rc = proc.wait()
         if rc != 0:
             tail = "".join(captured[-25:])
@@ -169,7 +184,7 @@ class Executor:
         pin = self.project.pins[step.data.pin]
         how = fetch.fetch_pin(pin, Path(step.data.dest), self.layout.downloads(), offline=self.offline,
                               log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
-        self.console.log(f"fetched {pin.name} @ {pin.short} from {how}")
+        self.log(f"fetched {pin.name} @ {pin.short} from {how}")
 
     def do_wheels(self, step: Step, progress, task) -> None:
         fetch.fetch_wheels(list(step.data.requirements), Path(step.data.dir), offline=self.offline,
@@ -180,25 +195,25 @@ class Executor:
         how = fetch.fetch_toolchain_wheel(d.package, d.version, d.sha256, d.root, self.layout.downloads(), Path(d.dest),
                                           offline=self.offline,
                                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
-        self.console.log(f"{d.tool}: {d.package}=={d.version} from {how}")
+        self.log(f"{d.tool}: {d.package}=={d.version} from {how}")
 
     def do_submodules(self, step: Step, progress, task) -> None:
         d: SubmodulesData = step.data
         subs = companions.fetch_submodules(self.layout.git_cache, Path(d.git_dir), d.commit, d.url, list(d.want),
                                            Path(d.lock), offline=self.offline,
                                            log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
-        self.console.log(f"submodules of {d.pin}: " + ", ".join(f"{s.path} @ {s.commit[:7]}" for s in subs))
+        self.log(f"submodules of {d.pin}: " + ", ".join(f"{s.path} @ {s.commit[:7]}" for s in subs))
 
     def do_crates(self, step: Step, progress, task) -> None:
         d: CratesData = step.data
         how = companions.vendor_crates(Path(d.source), d.manifest, Path(d.dir), offline=self.offline)
-        self.console.log(f"crates of {d.manifest}: {how}")
+        self.log(f"crates of {d.manifest}: {how}")
 
     def do_hf(self, step: Step, progress, task) -> None:
         d: HfData = step.data
         how = companions.fetch_hf(d.repo, d.revision, dict(d.files), Path(d.dir), where=d.where, offline=self.offline,
                                   log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
-        self.console.log(f"{d.repo} @ {d.revision[:7]}: {how}")
+        self.log(f"{d.repo} @ {d.revision[:7]}: {how}")
 
     def do_source(self, step: Step, progress, task) -> None:
         d: SourceData = step.data
@@ -206,7 +221,7 @@ class Executor:
         key_file = source_key_file(src)
         key_file.unlink(missing_ok=True)
         if patch.reset_checkout(src, d.commit, [(e.into, e.commit) for e in d.extra]):
-            self.console.log(f"reset {src.name} to {d.commit[:7]} (its patches changed)")
+            self.log(f"reset {src.name} to {d.commit[:7]} (its patches changed)")
         else:
             shutil.rmtree(src, ignore_errors=True)
             for cache_dir in {c.argv[2] for c in step.commands if c.argv[1:2] == ("--git-dir",)}:
@@ -216,7 +231,7 @@ class Executor:
             companions.checkout_submodules(src, Path(d.submodules_lock), self.layout.git_cache)
         results = patch.apply_all(src, [Path(p) for p in d.patches], where=d.where)
         for r in results:
-            self.console.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")
+            self.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")
         swap.write_text_atomic(key_file, step.key + "\n")
 
     def do_build(self, step: Step, progress, task) -> None:
@@ -237,7 +252,7 @@ class Executor:
         flags_file.write_text(d.flags + "\n")
         kind = KINDS[d.kind]
         if not d.network_isolated:
-            self.console.log(f"[yellow]network not isolated[/] for {d.variant}: this host cannot cut it (unshare --net "
+            self.log(f"[yellow]network not isolated[/] for {d.variant}: this host cannot cut it (unshare --net "
                              "is unavailable or refused); the manifest records `build_network: not isolated`")
         facts = self._run_commands(step, step.commands, progress, task, checker=getattr(kind, "check_output", None),
                                    noter=getattr(kind, "note_output", None))
@@ -250,7 +265,7 @@ class Executor:
         vendored = wheel_members(Path(s.data.dir) for s in self.plan.steps if s.action == "wheels")
         stage.stage_variant(step.data, self.layout.work, step.key, cache=self.layout.cache, vendored=vendored,
                             run_install=lambda: self._run_commands(step, step.commands, progress, task),
-                            log=self.console.log)
+                            log=self.log)
 
     def do_package(self, step: Step, progress, task) -> None:
         d: PackageData = step.data

@@ -230,3 +230,26 @@ def test_a_build_dir_configured_with_other_maps_starts_clean(mini, tmp_path):
     cache_txt = (Path(plan.step("build:hello").data.build_dir) / "CMakeCache.txt").read_text()
     [c_flags] = [line for line in cache_txt.splitlines() if line.startswith("CMAKE_C_FLAGS:")]
     assert "-ffile-prefix-map=/home/second=/home/builder" in c_flags and "/home/first" not in c_flags
+
+
+def test_logs_off_a_terminal_are_whole_lines_without_source_locations(mini, tmp_path):
+    """`1bit-build build` with its output to a pipe (CI): every line is a whole log line (no wrapping at 80 columns
+    mid-word), none carries rich's source location (`execute.py:217`), and the plain progress lines still come
+    (here every output line: ONEBIT_PROGRESS_EVERY=0; 30 s by default)."""
+    import re
+    import sys
+
+    env = {**os.environ, "ONEBIT_PROGRESS_EVERY": "0", "COLUMNS": "80", "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "builders.cli", "--root", str(mini.root), "--cache", str(tmp_path / "cache"),
+                           "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"), "build", "mini"],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    assert not [ln for ln in lines if re.search(r"\b\w+\.py:\d+\b", ln)]
+    whole = re.compile(r"^(\[\d\d:\d\d:\d\d\] .+|\.\.\. \S+( \[\d+/\d+\])? \d+ s|done: .+)$")
+    assert [ln for ln in lines if not whole.match(ln)] == []
+    fetched = [ln for ln in lines if " fetched hello @ " in ln]
+    assert len(fetched) == 1 and fetched[0].endswith(f"from git file://{mini.upstream}") and len(fetched[0]) > 80
+    assert [ln for ln in lines if re.match(r"^\.\.\. build:hello \[\d+/\d+\] \d+ s$", ln)]
+    assert [ln for ln in lines if re.search(r"\] step \d+/\d+ build:hello: build hello \(cmake, network cut\)$", ln)]
