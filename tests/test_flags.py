@@ -178,3 +178,19 @@ def test_cuda_recipes_cmake_cuda_flags_keep_the_maps(tmp_path):
     [cuda_flags] = [a for a in argv if a.startswith("-DCMAKE_CUDA_FLAGS=")]
     assert cuda_flags.startswith(f"-DCMAKE_CUDA_FLAGS=-I{tmp_path}/tc/ONEBIT_CUBLAS_ROOT/include -Xcompiler=-ffile-prefix-map=")
     assert "-Xcompiler=-ffile-prefix-map=/w/build/cuda=/usr/src/onebit/llama.cpp-build" in cuda_flags
+
+
+def test_the_xdna_kernel_module_gets_the_maps_through_kcflags(tmp_path):
+    """kbuild ignores CFLAGS from the environment (the amdxdna Makefile passes its own CFLAGS_MODULE on the command
+    line); KCFLAGS is its room for additions. Against upstream's Makefile at the pin and Debian's 6.1 kbuild,
+    `make -n modules` shows kbuild's -O2 and the map on each compile line with KCFLAGS, and no map with CFLAGS only
+    (the manual proof is in the branch's closing note)."""
+    plan = make_plan(PROJECT, "strix", facts(tmp_path / "tc"), Layout(root=ROOT, cache=Path("/c"), work=Path("/w"),
+                                                                       out=Path("/o")), only={"xdna"})
+    build = plan.step("build:xdna")
+    src = build.data.source_dir
+    for cmd in build.commands:
+        env = dict(cmd.env)
+        assert env["KCFLAGS"].split()[-2:] == ["-ffile-prefix-map=/w/build/xdna=/usr/src/onebit/xdna-driver-build",
+                                              f"-ffile-prefix-map={src}=/usr/src/onebit/xdna-driver"]
+        assert env["CFLAGS"] == env["KCFLAGS"]  # CMake's start for XRT's and the shim's C flags
