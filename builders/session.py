@@ -1,6 +1,6 @@
 """What every command that works on a bundle shares: where its cache, work and out dirs are, the refusal when the host
-cannot build, and the directory locks. The `1bit-build` front (cli.py) and the release command both use it, so the
-release command registers without importing the front."""
+cannot build, the directory locks, and the console and log lines it writes. The `1bit-build` front (cli.py), the
+executor and the release command all use it, so the release command registers without importing the front."""
 from __future__ import annotations
 
 import os
