@@ -8,7 +8,7 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -46,11 +46,12 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, str]]:
 WHAT_WIDTH = 60  # the table's `what` column; --verbose prints each step's full title
 
 
-def env_lines(env: Mapping[str, str], shown: dict[str, str], caller: Mapping[str, str]) -> list[str]:
+def env_lines(env: Mapping[str, str], shown: dict[str, str], caller: Mapping[str, str],
+              unset: Sequence[str] = ()) -> list[str]:
     """Pure: the `export K=V` / `unset K` lines that take a shell whose environment is `shown` to what the executor
-    gives this command (the caller's environment with `env` over it); `shown` is updated. Keys whose value is the
-    caller's never print (cibuildwheel's way), so what prints is what the build adds."""
-    want = {**caller, **env}
+    gives this command (the caller's environment less `unset`, with `env` over it); `shown` is updated. Keys whose
+    value is the caller's never print (cibuildwheel's way), so what prints is what the build changes."""
+    want = {**{k: v for k, v in caller.items() if k not in unset}, **env}
     lines = []
     for k in sorted(set(shown) | set(want)):
         if k in want and shown.get(k) != want[k]:
@@ -91,7 +92,7 @@ def format_plan(plan: Plan, *, cached: Callable[[Step], bool] | None = None, ver
                 if cmd.cwd and cmd.cwd != cwd:
                     out.append(f"     cd {shlex.quote(cmd.cwd)}")
                     cwd = cmd.cwd
-                out += [f"     {line}" for line in env_lines(dict(cmd.env), shown, caller)]
+                out += [f"     {line}" for line in env_lines(dict(cmd.env), shown, caller, cmd.unset)]
                 out.append(f"     {shlex.join(cmd.argv)}")
     return out
 

@@ -147,7 +147,7 @@ class Executor:
         return facts
 
     def _run_one(self, cmd: Command, log, progress: Progress, task, label: str = "") -> str:
-        env = {**os.environ, **dict(cmd.env)}
+        env = cmd.environ(os.environ)
         log.write(f"$ {cmd.shell()}\n")
         log.flush()
         try:

@@ -226,6 +226,14 @@ def test_env_lines_table(env, shown, caller, lines, after):
     assert env_lines(env, shown, caller) == lines and shown == after
 
 
+def test_env_lines_unset_what_the_command_removes():
+    from builders.cli import env_lines
+
+    shown = {"CFLAGS": "-O0", "PATH": "/bin"}
+    assert env_lines({"X": "1"}, shown, {"CFLAGS": "-O0", "PATH": "/bin"}, ("CFLAGS", "LDFLAGS")) == ["unset CFLAGS", "export X=1"]
+    assert shown == {"PATH": "/bin", "X": "1"}
+
+
 def test_verbose_steps_paste_into_a_shell(tmp_path):
     """--verbose prints only what a step adds to the caller's environment, as lines a shell runs to the executor's
     exact environment: run them in bash with `env` in place of each command."""
@@ -234,10 +242,10 @@ def test_verbose_steps_paste_into_a_shell(tmp_path):
     from builders.cli import format_plan
 
     caller = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CFLAGS": "-O0", "CCACHE_NOHASHDIR": "true"}
-    plan = make_plan(PROJECT, "cpu", facts(), LAYOUT)
+    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)  # cmake (CFLAGS added) and make (CFLAGS removed)
     lines = format_plan(plan, verbose=True, caller_env=caller)
-    assert "export CCACHE_NOHASHDIR=true" not in lines  # the caller has it already
-    for sid in ("build:cpu", "stage:cpu"):
+    assert "     export CCACHE_NOHASHDIR=true" not in lines  # the caller has it already
+    for sid in ("build:cpu", "stage:cpu", "build:ds4-cpu"):
         step = plan.step(sid)
         start = lines.index(f"     # {step.title}")
         block = [ln.strip() for ln in lines[start + 1:start + 1 + 40] if ln.startswith("     ")]
@@ -252,7 +260,7 @@ def test_verbose_steps_paste_into_a_shell(tmp_path):
         for i, cmd in enumerate(step.commands):
             got = dict(ln.split("=", 1) for ln in (tmp_path / f"env{i}").read_text().splitlines() if "=" in ln)
             got = {k: v for k, v in got.items() if k not in ("PWD", "SHLVL", "_", "OLDPWD")}
-            assert got == {**caller, **dict(cmd.env)}, sid
+            assert got == cmd.environ(caller), sid
 
 
 def test_the_executor_runs_every_action_the_planners_make():

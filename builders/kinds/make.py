@@ -7,7 +7,8 @@ targets: the make goals (e.g. `cpu`, `cuda`, `rocm`).
 The project's own flags never replace upstream's: a Makefile's `CFLAGS ?= -O3 ...` is skipped when CFLAGS is in the
 environment, and a command-line CFLAGS replaces even its `CFLAGS += ...`. So the path maps go into the compiler
 variables the recipe passes (CC="cc -ffile-prefix-map=...", NVCC, GPU_CC, ...; CC=cc when it passes none), and the
-flag variables are removed from the environment make inherits (`env -u CFLAGS ...`) unless the recipe sets them.
+flag variables are removed from the environment make inherits (the command's `unset`: `env -u CFLAGS ...` as a
+shell line) unless the recipe sets them.
 """
 from __future__ import annotations
 
@@ -32,13 +33,13 @@ class MakeKind:
         _, variables = _split(ctx.options)
         variables = flags.make_variables(variables, ctx.maps)
         tree = self.tree(ctx)
-        unset = [x for var in flags.MAKE_FLAG_VARIABLES if var not in ctx.env for x in ("-u", var)]
         return [
             Command(("rm", "-rf", tree)),
             Command(("cp", "-a", f"{ctx.source}/.", tree)),
-            Command(tuple(ctx.net_cut) + ("env", *unset, "make", "-C", tree, f"-j{ctx.jobs}", *ctx.targets,
+            Command(tuple(ctx.net_cut) + ("make", "-C", tree, f"-j{ctx.jobs}", *ctx.targets,
                                           *[f"{k}={v}" for k, v in variables.items()]),
-                    env=env_items(ctx, flag_env=False)),
+                    env=env_items(ctx, flag_env=False),
+                    unset=tuple(v for v in flags.MAKE_FLAG_VARIABLES if v not in ctx.env)),
         ]
 
     def install(self, ctx) -> list[Command]:
