@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 import json
+import os
+import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -13,10 +16,8 @@ from rich.table import Table
 from . import config, host
 from .errors import OnebitError
 from .plan import all_tools, make_plan
-from .plan_types import Plan
-from .session import default_cache, layout_for, locked, parse_overrides, preflight, refuse
-
-console = Console(stderr=True)
+from .plan_types import Plan, Step
+from .session import console, default_cache, layout_for, locked, parse_overrides, preflight, refuse
 
 
 def _plan(args) -> tuple[config.Project, Plan]:
@@ -30,20 +31,76 @@ def _plan(args) -> tuple[config.Project, Plan]:
     return project, plan
 
 
-def print_plan(plan: Plan) -> None:
-    out = Console()
-    out.print(f"[bold]plan[/] {plan.bundle} {plan.version} build {plan.build_number} ({plan.platform}): {len(plan.steps)} steps")
-    for i, step in enumerate(plan.steps, 1):
-        out.print(f"[bold cyan]{i:3}. {step.id}[/]  [dim]key {step.key[:16]}[/]")
-        out.print(f"     {step.title}", highlight=False)
-        for cmd in step.commands:
-            out.print(f"     $ {cmd.shell()}", highlight=False, soft_wrap=True)
-    for line in plan.refusals:
-        out.print(f"[red]refused[/] {line}", highlight=False, soft_wrap=True)
+WHAT_WIDTH = 60  # the table's `what` column; --verbose prints each step's full title
+
+
+def env_lines(env: Mapping[str, str], shown: dict[str, str], caller: Mapping[str, str],
+              unset: Sequence[str] = ()) -> list[str]:
+    """Pure: the `export K=V` / `unset K` lines that take a shell whose environment is `shown` to what the executor
+    gives this command (the caller's environment less `unset`, with `env` over it); `shown` is updated. Keys whose
+    value is the caller's never print (cibuildwheel's way), so what prints is what the build changes."""
+    want = {**{k: v for k, v in caller.items() if k not in unset}, **env}
+    lines = []
+    for k in sorted(set(shown) | set(want)):
+        if k in want and shown.get(k) != want[k]:
+            lines.append(f"export {k}={shlex.quote(want[k])}")
+            shown[k] = want[k]
+        elif k not in want and k in shown:
+            lines.append(f"unset {k}")
+            del shown[k]
+    return lines
+
+
+def format_plan(plan: Plan, *, cached: Callable[[Step], bool] | None = None, verbose: bool = False,
+                caller_env: Mapping[str, str] | None = None) -> list[str]:
+    """Pure: the plan for a person. Missing toolchains and refusals first, then one row per step (step, what, key,
+    cached?); with `verbose`, each step's full title and commands, its environment as `export K=V` lines for only the
+    keys that differ from the caller's, so a step pastes into a shell."""
+    caller = dict(os.environ if caller_env is None else caller_env)
+    out = [f"plan {plan.bundle} {plan.version} build {plan.build_number} ({plan.platform}): {len(plan.steps)} steps"
+           + (f", {len(plan.missing)} toolchain(s) missing" if plan.missing else "")
+           + (f", {len(plan.refusals)} variant(s) refused" if plan.refusals else "")]
     if plan.missing:
-        out.print("[yellow]missing toolchains[/] (build would stop):")
-        for line in plan.missing:
-            out.print(f"  - {line}", highlight=False, soft_wrap=True)
+        out.append("missing toolchains (a build stops before doing anything):")
+        out += [f"  - {line}" for line in plan.missing]
+    if plan.refusals:
+        out.append("refused (these variants are left out):")
+        out += [f"  - {line}" for line in plan.refusals]
+    width = max([len(s.id) for s in plan.steps] + [4])
+    out.append(f"{'#':>3}  {'step':<{width}}  {'what':<{WHAT_WIDTH}}  {'key':<12}  cached")
+    for i, step in enumerate(plan.steps, 1):
+        what = step.title if len(step.title) <= WHAT_WIDTH else step.title[:WHAT_WIDTH - 1] + "…"
+        state = "-" if cached is None else ("yes" if cached(step) else "no")
+        out.append(f"{i:>3}  {step.id:<{width}}  {what:<{WHAT_WIDTH}}  {step.key[:12]}  {state}".rstrip())
+        if verbose:
+            out.append(f"     # {step.title}")
+            shown = dict(caller)
+            cwd = None
+            for cmd in step.commands:
+                if cmd.cwd and cmd.cwd != cwd:
+                    out.append(f"     cd {shlex.quote(cmd.cwd)}")
+                    cwd = cmd.cwd
+                out += [f"     {line}" for line in env_lines(dict(cmd.env), shown, caller, cmd.unset)]
+                out.append(f"     {shlex.join(cmd.argv)}")
+    return out
+
+
+def print_plan(plan: Plan, project: config.Project, *, verbose: bool = False) -> None:
+    from .execute import Executor
+
+    executor = Executor(plan, project, console=console)  # its own cache check, read-only
+    sys.stdout.write("\n".join(format_plan(plan, cached=executor.is_cached, verbose=verbose)) + "\n")
+
+
+def unbuildable(plan: Plan) -> int:
+    """Exit status of `plan` and `build --dry-run`: 1, with one line, when this host cannot build the bundle."""
+    if not (plan.missing or plan.refusals):
+        return 0
+    why = ", ".join(x for x in (f"{len(plan.missing)} toolchain(s) missing" if plan.missing else "",
+                                f"{len(plan.refusals)} variant(s) refused" if plan.refusals else "") if x)
+    console.print(f"error: this host cannot build bundle {plan.bundle!r}: {why} (listed first above); build a subset "
+                  "with --only", style="bold red", highlight=False, soft_wrap=True, markup=False)
+    return 1
 
 
 def cmd_validate(args) -> int:
@@ -53,12 +110,12 @@ def cmd_validate(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    _, plan = _plan(args)
+    project, plan = _plan(args)
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
     else:
-        print_plan(plan)
-    return 1 if plan.refusals else 0
+        print_plan(plan, project, verbose=args.verbose)
+    return unbuildable(plan)
 
 
 def cmd_fetch(args) -> int:
@@ -84,8 +141,8 @@ def cmd_build(args) -> int:
 
     project, plan = _plan(args)
     if args.dry_run:
-        print_plan(plan)
-        return 1 if plan.refusals else 0
+        print_plan(plan, project, verbose=args.verbose)
+        return unbuildable(plan)
     preflight(plan.layout)
     if plan.missing and not args.offline and any(s.action == "toolchain" for s in plan.steps):
         # toolchain inputs the fetch step provides (cuBLAS from its wheel): fetch them, then look again
@@ -161,7 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("plan", help="print the ordered steps with exact commands and cache keys (runs nothing)")
     bundle_args(s, offline=False)
     s.add_argument("--dry-run", action="store_true", help="accepted for symmetry with build; plan never runs anything")
-    s.add_argument("--json", action="store_true", help="print the plan as JSON")
+    s.add_argument("--json", action="store_true", help="print the whole plan as JSON (every command and environment)")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="under each step, its commands and the environment they add to yours, ready to paste")
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("fetch", help="fetch and verify every source of a bundle into the cache")
@@ -170,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("build", help="fetch, patch, build, stage and package a bundle")
     bundle_args(s)
-    s.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    s.add_argument("--dry-run", action="store_true", help="print the plan and stop (non-zero when this host cannot build it)")
+    s.add_argument("-v", "--verbose", action="store_true", help="with --dry-run: each step's commands and environment")
     s.add_argument("--force", action="store_true", help="ignore the step cache")
     s.set_defaults(func=cmd_build)
 

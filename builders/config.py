@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,10 @@ from .version import this_week
 from .errors import OnebitError, ValidationError
 
 DEFAULT_VARIANT = "default"
+# `{name}`, `{tool:NAME}`, `{tool:NAME:root}`, `{tool:NAME:major}`: what a recipe's options, env, commands, tests and
+# run requirements may name; the plan fills them in, validation refuses an unknown one with its file:line
+PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::(?:root|major))?)?)\}")
+PLACEHOLDERS = ("source", "build", "prefix", "wheels", "python", "commit", "commit7", "build_number", "variant")
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,23 @@ class Variant:
     def package_name(self) -> str:
         return f"onebit-{self.id}"
 
+    def where(self, *ypath) -> str:
+        """`file:line: yaml.path` of a merged field: the variant's override when it has one, else the recipe's."""
+        doc = self.recipe.doc
+        over = ("variants", self.name, *ypath)
+        return doc.where(over if over in doc.lines else tuple(ypath))
+
+    def placeholders(self) -> set[str]:
+        """Every placeholder this variant's fields may use (its toolchain's tools, {crates} and {hf} when it has them)."""
+        names = set(PLACEHOLDERS)
+        for tool in self.toolchain:
+            names |= {f"tool:{tool.tool}", f"tool:{tool.tool}:root", f"tool:{tool.tool}:major"}
+        if self.recipe.pin_name and self.recipe.source.get("crates"):
+            names.add("crates")
+        if self.recipe.pin_name and self.recipe.source.get("huggingface"):
+            names.add("hf")
+        return names
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -245,6 +267,40 @@ class Project:
         return out
 
 
+def placeholder_problems(recipe: Recipe) -> list[str]:
+    """Every {placeholder} in a recipe's options, env, commands, test commands and run requirements that the plan
+    could not fill in for one of its variants, with its file:line (the plan would stop there)."""
+    problems: dict[str, None] = {}
+    for name in recipe.variant_names():
+        variant = recipe.variant(name)
+        known = variant.placeholders()
+        found = [(variant.where("build", "options", k), v, known) for k, v in variant.options.items() if isinstance(v, str)]
+        found += [(variant.where("build", "env", k), v, known) for k, v in variant.env.items()]
+        found += [(variant.where("build", "commands", i, j), a, known)
+                  for i, argv in enumerate(variant.commands) for j, a in enumerate(argv)]
+        own = len(recipe.data.get("tests", []))
+        for i, t in enumerate(variant.tests):
+            base = ("tests", i) if i < own else ("variants", name, "tests", i - own)
+            found += [(recipe.doc.where(base + ("run", j)), a, known) for j, a in enumerate(t["run"])]
+        own = len(recipe.data.get("requirements", {}).get("run", []))
+        found += [(recipe.doc.where(("requirements", "run", i) if i < own else ("variants", name, "requirements", "run", i - own)),
+                   d, known | {"python_minor"}) for i, d in enumerate(variant.depends)]
+        for where, text, names in found:
+            for m in PLACEHOLDER.finditer(text):
+                if m.group(1) not in names:
+                    problems[f"{where}: unknown placeholder {{{m.group(1)}}} (variant {variant.id}); "
+                             f"known: {describe_placeholders(names)}"] = None
+    return list(problems)
+
+
+def describe_placeholders(names: set[str]) -> str:
+    """`{build}, {commit}, ... and {tool:T}, {tool:T:root}, {tool:T:major} for T in cc, cmake` (one line)."""
+    plain = sorted(n for n in names if not n.startswith("tool:"))
+    tools = sorted({n.split(":")[1] for n in names if n.startswith("tool:")})
+    text = ", ".join("{" + n + "}" for n in plain)
+    return text + (f"; {{tool:T}}, {{tool:T:root}}, {{tool:T:major}} for T in {', '.join(tools)}" if tools else "")
+
+
 def _pin(name: str, data: dict, doc: yamlio.Document) -> Pin:
     mirrors = []
     for m in data.get("mirrors", []):
@@ -269,6 +325,8 @@ def _pin(name: str, data: dict, doc: yamlio.Document) -> Pin:
 def load_pins(path: Path) -> tuple[dict[str, Pin], yamlio.Document, list[str]]:
     doc = yamlio.load(path)
     problems = schemas.validate(doc, "pins")
+    if not problems:
+        problems = schemas.pin_path_problems(doc) + schemas.regex_problems(doc)
     pins = {}
     if not problems:
         pins = {name: _pin(name, data, doc) for name, data in doc.data["pins"].items()}
@@ -313,7 +371,14 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         if name != path.stem:
             problems.append(f"{doc.where(('name',))}: recipe name {name!r} must match its file name {path.stem!r}")
         recipe = Recipe(name=name, path=path, data=doc.data, doc=doc)
-        problems.extend(schemas.prefix_path_problems(doc))  # keep/binaries/stage paths may not escape the prefix
+        # what the plan or the build would otherwise trip over: escaping paths, bad regexes, unknown backends and
+        # placeholders, each with its file:line
+        found = (schemas.prefix_path_problems(doc) + schemas.regex_problems(doc) + schemas.backend_problems(doc)
+                 + placeholder_problems(recipe))
+        problems.extend(found)
+        if found:
+            broken.add(f"recipes/{path.stem}")
+            continue
         recipes[name] = recipe
         pin_name = recipe.pin_name
         if pin_name and pins and pin_name not in pins:

@@ -19,14 +19,22 @@ from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
 from .plan import clobbers
+from .session import log_to, new_console
 from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, SourceData, StageData, Step,
                          SubmodulesData, ToolchainData, WheelsData)
 from . import licenses
 from .stage import KEY_FILE
 
-BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
 PLAIN_PROGRESS_EVERY = 30.0  # seconds between plain progress lines when the output is not a terminal
+
+
+def progress_every() -> float:
+    """Seconds between plain progress lines off a terminal: $ONEBIT_PROGRESS_EVERY, else PLAIN_PROGRESS_EVERY."""
+    try:
+        return max(0.0, float(os.environ["ONEBIT_PROGRESS_EVERY"]))
+    except (KeyError, ValueError):
+        return PLAIN_PROGRESS_EVERY
 
 
 @dataclass
@@ -43,7 +51,8 @@ class Executor:
         self.project = project
         self.offline = offline
         self.force = force
-        self.console = console or Console(stderr=True)
+        self.console = console or new_console()
+        self.log = log_to(self.console)
         self.layout = plan.layout
         self.report = Report()
         self.log_dir = self.layout.work / "logs"
@@ -92,17 +101,23 @@ class Executor:
 
     # ---- running -----------------------------------------------------------------------------------------------
     def run(self) -> Report:
+        unknown = sorted({s.action for s in self.plan.steps} - set(ACTIONS))
+        if unknown:
+            raise BuildError(f"no executor for step action(s) {', '.join(unknown)}", hint="a planner and ACTIONS disagree")
+        live = self.console.is_terminal  # off a terminal: one line per step and plain progress lines, no live bars
         with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=self.console, transient=False) as progress:
+                      TimeElapsedColumn(), console=self.console, transient=False, disable=not live) as progress:
             overall = progress.add_task(f"{self.plan.bundle}: {len(self.plan.steps)} steps", total=len(self.plan.steps))
-            for step in self.plan.steps:
+            for i, step in enumerate(self.plan.steps, 1):
                 if self.is_cached(step):
                     self.report.cached.append(step.id)
                     progress.advance(overall)
                     continue
+                if not live:
+                    self.log(f"step {i}/{len(self.plan.steps)} {step.id}: {step.title}")
                 task = progress.add_task(step.title, total=None)
                 started = time.monotonic()
-                getattr(self, "_do_" + step.action.replace("-", "_"))(step, progress, task)
+                ACTIONS[step.action](self, step, progress, task)
                 self._stamp(step)
                 self.report.seconds[step.id] = time.monotonic() - started
                 self.report.ran.append(step.id)
@@ -126,13 +141,13 @@ class Executor:
                 if noter:
                     note, more = noter(i, output)
                     if note:
-                        self.console.log(f"[yellow]{step.id}[/]: {note}")
+                        self.log(f"[yellow]{step.id}[/]: {note}")
                         log.write(f"# onebit: {note}\n")
                     facts.update(more)
         return facts
 
     def _run_one(self, cmd: Command, log, progress: Progress, task, label: str = "") -> str:
-        env = {**os.environ, **dict(cmd.env)}
+        env = cmd.environ(os.environ)
         log.write(f"$ {cmd.shell()}\n")
         log.flush()
         try:
@@ -143,6 +158,7 @@ class Executor:
         captured = []
         assert proc.stdout is not None
         started = last = time.monotonic()
+        every = progress_every()
         for line in proc.stdout:
             log.write(line)
             captured.append(line)
@@ -151,11 +167,12 @@ class Executor:
                 progress.update(task, completed=int(m.group(1)), total=int(m.group(2)))
                 log.flush()  # so `tail -f` on the log follows the build
             now = time.monotonic()
-            if not self.console.is_terminal and now - last >= PLAIN_PROGRESS_EVERY:
+            if not self.console.is_terminal and now - last >= every:
                 # CI logs: a plain line about every 30 s, since the live bar only draws on a terminal
                 last = now
                 done = f" [{m.group(1)}/{m.group(2)}]" if m else ""
-                self.console.print(f"... {label or cmd.argv[0]}{done} {int(now - started)} s", highlight=False, markup=False)
+                self.console.print(f"... {label or cmd.argv[0]}{done} {int(now - started)} s", highlight=False, markup=False,
+                                   soft_wrap=True)
         rc = proc.wait()
         if rc != 0:
             tail = "".join(captured[-25:])
@@ -163,48 +180,48 @@ class Executor:
         return "".join(captured)
 
     # ---- actions -----------------------------------------------------------------------------------------------
-    def _do_fetch(self, step: Step, progress, task) -> None:
+    def do_fetch(self, step: Step, progress, task) -> None:
         pin = self.project.pins[step.data.pin]
         how = fetch.fetch_pin(pin, Path(step.data.dest), self.layout.downloads(), offline=self.offline,
                               log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
-        self.console.log(f"fetched {pin.name} @ {pin.short} from {how}")
+        self.log(f"fetched {pin.name} @ {pin.short} from {how}")
 
-    def _do_wheels(self, step: Step, progress, task) -> None:
+    def do_wheels(self, step: Step, progress, task) -> None:
         fetch.fetch_wheels(list(step.data.requirements), Path(step.data.dir), offline=self.offline,
                            python=step.data.python or None)
 
-    def _do_toolchain(self, step: Step, progress, task) -> None:
+    def do_toolchain(self, step: Step, progress, task) -> None:
         d: ToolchainData = step.data
         how = fetch.fetch_toolchain_wheel(d.package, d.version, d.sha256, d.root, self.layout.downloads(), Path(d.dest),
                                           offline=self.offline,
                                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
-        self.console.log(f"{d.tool}: {d.package}=={d.version} from {how}")
+        self.log(f"{d.tool}: {d.package}=={d.version} from {how}")
 
-    def _do_submodules(self, step: Step, progress, task) -> None:
+    def do_submodules(self, step: Step, progress, task) -> None:
         d: SubmodulesData = step.data
         subs = companions.fetch_submodules(self.layout.git_cache, Path(d.git_dir), d.commit, d.url, list(d.want),
                                            Path(d.lock), offline=self.offline,
                                            log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
-        self.console.log(f"submodules of {d.pin}: " + ", ".join(f"{s.path} @ {s.commit[:7]}" for s in subs))
+        self.log(f"submodules of {d.pin}: " + ", ".join(f"{s.path} @ {s.commit[:7]}" for s in subs))
 
-    def _do_crates(self, step: Step, progress, task) -> None:
+    def do_crates(self, step: Step, progress, task) -> None:
         d: CratesData = step.data
         how = companions.vendor_crates(Path(d.source), d.manifest, Path(d.dir), offline=self.offline)
-        self.console.log(f"crates of {d.manifest}: {how}")
+        self.log(f"crates of {d.manifest}: {how}")
 
-    def _do_hf(self, step: Step, progress, task) -> None:
+    def do_hf(self, step: Step, progress, task) -> None:
         d: HfData = step.data
         how = companions.fetch_hf(d.repo, d.revision, dict(d.files), Path(d.dir), where=d.where, offline=self.offline,
                                   log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
-        self.console.log(f"{d.repo} @ {d.revision[:7]}: {how}")
+        self.log(f"{d.repo} @ {d.revision[:7]}: {how}")
 
-    def _do_source(self, step: Step, progress, task) -> None:
+    def do_source(self, step: Step, progress, task) -> None:
         d: SourceData = step.data
         src = Path(d.dir)
         key_file = source_key_file(src)
         key_file.unlink(missing_ok=True)
         if patch.reset_checkout(src, d.commit, [(e.into, e.commit) for e in d.extra]):
-            self.console.log(f"reset {src.name} to {d.commit[:7]} (its patches changed)")
+            self.log(f"reset {src.name} to {d.commit[:7]} (its patches changed)")
         else:
             shutil.rmtree(src, ignore_errors=True)
             for cache_dir in {c.argv[2] for c in step.commands if c.argv[1:2] == ("--git-dir",)}:
@@ -214,40 +231,43 @@ class Executor:
             companions.checkout_submodules(src, Path(d.submodules_lock), self.layout.git_cache)
         results = patch.apply_all(src, [Path(p) for p in d.patches], where=d.where)
         for r in results:
-            self.console.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")
+            self.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")
         swap.write_text_atomic(key_file, step.key + "\n")
 
-    def _do_build(self, step: Step, progress, task) -> None:
+    def do_build(self, step: Step, progress, task) -> None:
         d: BuildData = step.data
         build_dir = Path(d.build_dir)
         (build_dir / KEY_FILE).unlink(missing_ok=True)
-        source_file = build_dir / ".onebit-source"
+        source_file, flags_file = build_dir / ".onebit-source", build_dir / ".onebit-flags"
         configured = _cmake_home(build_dir)
-        stale = (build_dir.is_dir() and any(build_dir.iterdir()) and not _holds(source_file, d.source_dir)) or (
+        used = build_dir.is_dir() and any(build_dir.iterdir())
+        stale = (used and not (_holds(source_file, d.source_dir) and _holds(flags_file, d.flags))) or (
             configured is not None and configured != d.source_dir)
         if d.fresh_dir or stale:
-            # configured against another checkout, or by a builder that did not record which: start clean
+            # configured against another checkout or with other path maps (CMake reads CFLAGS only when it first
+            # configures), or by a builder that did not record which: start clean
             shutil.rmtree(build_dir, ignore_errors=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         source_file.write_text(d.source_dir + "\n")
+        flags_file.write_text(d.flags + "\n")
         kind = KINDS[d.kind]
         if not d.network_isolated:
-            self.console.log(f"[yellow]network not isolated[/] for {d.variant}: this host cannot cut it (unshare --net "
+            self.log(f"[yellow]network not isolated[/] for {d.variant}: this host cannot cut it (unshare --net "
                              "is unavailable or refused); the manifest records `build_network: not isolated`")
         facts = self._run_commands(step, step.commands, progress, task, checker=getattr(kind, "check_output", None),
                                    noter=getattr(kind, "note_output", None))
         swap.write_text_atomic(build_dir / NOTES_FILE, json.dumps(facts, sort_keys=True))
         (build_dir / KEY_FILE).write_text(step.key + "\n")
 
-    def _do_stage(self, step: Step, progress, task) -> None:
+    def do_stage(self, step: Step, progress, task) -> None:
         from .repro import wheel_members
 
         vendored = wheel_members(Path(s.data.dir) for s in self.plan.steps if s.action == "wheels")
         stage.stage_variant(step.data, self.layout.work, step.key, cache=self.layout.cache, vendored=vendored,
                             run_install=lambda: self._run_commands(step, step.commands, progress, task),
-                            log=self.console.log)
+                            log=self.log)
 
-    def _do_package(self, step: Step, progress, task) -> None:
+    def do_package(self, step: Step, progress, task) -> None:
         d: PackageData = step.data
         depends = list(d.depends)
         if d.glibc_from_elf:
@@ -287,7 +307,7 @@ class Executor:
             raise StageError(f"bundle {self.plan.bundle}: two packages install the same path:\n    " + "\n    ".join(problems[:20]),
                              hint="give each variant its own stage.root, or drop the file from one of them (stage.keep)")
 
-    def _do_metapackage(self, step: Step, progress, task) -> None:
+    def do_metapackage(self, step: Step, progress, task) -> None:
         self._check_clobbers()
         nxt = Path(step.data.dir)
         shutil.rmtree(nxt, ignore_errors=True)
@@ -306,23 +326,45 @@ class Executor:
     def _conda_files(self) -> list[Path]:
         return [s.data.file for s in self._package_steps()] + [self._meta_file()]
 
-    def _do_channel(self, step: Step, progress, task) -> None:
+    def do_channel(self, step: Step, progress, task) -> None:
         package.index_channel(self._conda_files(), Path(step.data.dir), self.plan.platform)
 
-    def _do_tarball(self, step: Step, progress, task) -> None:
+    def do_tarball(self, step: Step, progress, task) -> None:
         trees = [Path(s.data.prefix) for s in self._package_steps()]
         text = (self.layout.next_out() / "manifest.json").read_bytes()  # written by the metapackage step
         bundle.write_tarball(Path(step.data.dir), trees, text, mtime=int(package.source_date().timestamp()))
 
-    def _do_checksums(self, step: Step, progress, task) -> None:
+    def do_checksums(self, step: Step, progress, task) -> None:
         f = Path(step.data.dir)
         package.sha256sums(f.parent, f)
 
-    def _do_publish(self, step: Step, progress, task) -> None:
+    def do_publish(self, step: Step, progress, task) -> None:
         src = Path(step.data.dir)
         (src / KEY_FILE).write_text(step.key + "\n")
         swap.replace_dir(src, Path(step.data.to))
 
+
+# Each step action and the function that runs it (the planners in plan.py make one action each). A registry rather
+# than a method looked up by name: what can run is one table, and a plan with an action missing here is refused
+# before its first step.
+ACTIONS: dict[str, Callable[[Executor, Step, Progress, object], None]] = {
+    "fetch": Executor.do_fetch,
+    "submodules": Executor.do_submodules,
+    "source": Executor.do_source,
+    "crates": Executor.do_crates,
+    "hf": Executor.do_hf,
+    "toolchain": Executor.do_toolchain,
+    "wheels": Executor.do_wheels,
+    "build": Executor.do_build,
+    "stage": Executor.do_stage,
+    "package": Executor.do_package,
+    "metapackage": Executor.do_metapackage,
+    "channel": Executor.do_channel,
+    "tarball": Executor.do_tarball,
+    "checksums": Executor.do_checksums,
+    "publish": Executor.do_publish,
+}
+BUNDLE_ACTIONS = {"metapackage", "channel", "tarball", "checksums", "publish"}
 
 NOTES_FILE = ".onebit-notes.json"  # in a build dir: what its configure reported (kinds' note_output)
 

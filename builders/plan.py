@@ -1,56 +1,45 @@
 """plan: a pure function (project, bundle, host facts, layout) -> ordered steps with exact commands and cache keys.
 
-Every other step executes a plan; nothing decides twice. `1bit-build plan BUNDLE --dry-run` prints it.
+Every other step executes a plan; nothing decides twice. `1bit-build plan BUNDLE` prints it.
+
+How a bundle name becomes steps. The walk crosses this file, config.py (the bundle's variants), host.py (is a tool
+new enough) and the variant's build kind in kinds/ (its commands and flags); the step types are in plan_types.py.
+  make_plan       the bundle's variants, the refusals (unresolved pins), one `variant_steps` each, then `plan_bundle`
+  variant_steps   the planners below in order: source -> companions -> toolchain -> wheels -> build -> stage -> package
+  plan_<action>   one small pure function per step action, returning its Step(s)
 """
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
-from . import companion_steps
-from .config import Pin, Project, Tool, Variant
-from .host import HostFacts, ToolFact, version_ok, wheel_root
-from .kinds import KINDS, KindContext
-from . import repro
+from .config import PLACEHOLDER, Bundle, Pin, Project, Recipe, Tool, Variant, describe_placeholders
 from .errors import OnebitError
-from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, ExtraSource, FetchData, Layout, PackageData,
-                         Plan, RecipeTest, SourceData, StageData, Step, ToolchainData, WheelsData, digest)
+from .host import HostFacts, ToolFact, version_ok, wheel_root
+from .kinds import KINDS, KindContext, flags
+from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, CratesData, ExtraSource, FetchData, HfData,
+                         Layout, PackageData, Plan, RecipeTest, SourceData, StageData, Step, SubmodulesData,
+                         ToolchainData, WheelsData, digest)
 
 BUILDER_VERSION = "4"  # bump to invalidate every build step key (4: serve_install drops console-script RECORD lines)
-_PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::(?:root|major))?)?)\}")
 
 
-@dataclass(frozen=True)
-class Source:
-    """What a variant builds from: a pinned commit (+patches, +extra pins) or a local directory."""
+# ---- placeholders --------------------------------------------------------------------------------------------------
+def expand(text: str, values: Mapping[str, str], where: str | Callable[[], str] = "") -> str:
+    """Replace {name} placeholders; an unknown one is an error naming the recipe's file:line (`where`, or a function
+    that says it: worked out only for the error)."""
 
-    key: str
-    dir: str
-    commit: str | None
-    short: str
-    pin: Pin | None
-    step_id: str | None = None
-
-
-def expand(text: str, values: Mapping[str, str], where: str = "") -> str:
-    """Replace {name} placeholders; an unknown one is an error naming the recipe."""
-
-    def sub(m: re.Match) -> str:
+    def sub(m) -> str:
         name = m.group(1)
         if name not in values:
-            raise OnebitError(f"unknown placeholder {{{name}}}", where=where,
-                              hint=f"known placeholders: {', '.join('{' + v + '}' for v in sorted(values))}")
+            raise OnebitError(f"unknown placeholder {{{name}}}", where=where() if callable(where) else where,
+                              hint=f"known placeholders: {describe_placeholders(set(values))}")
         return values[name]
 
-    return _PLACEHOLDER.sub(sub, text)
-
-
-def expand_test(test: dict, values: Mapping[str, str], where: str) -> dict:
-    """A recipe test with its {tool:...} placeholders expanded ({commit7}/{commit} stay for the runner)."""
-    keep = {k: "{" + k + "}" for k in ("commit", "commit7")}
-    return {**test, "run": [expand(a, {**values, **keep}, where) for a in test["run"]]}
+    return PLACEHOLDER.sub(sub, text)
 
 
 def tool_values(variant: Variant, facts: Mapping[str, ToolFact]) -> dict[str, str]:
@@ -93,75 +82,6 @@ def missing_tools(variant: Variant, facts: Mapping[str, ToolFact]) -> list[str]:
     return out
 
 
-def _fetch_step(pin: Pin, layout: Layout) -> Step:
-    commands = []
-    for mirror in pin.fetch_order():
-        if mirror.kind == "pypi_sdist":
-            spec = mirror.spec
-            dest = layout.downloads() / spec["sha256"]
-            commands.append(Command(("pip", "download", "--no-deps", "--no-binary", spec["package"],
-                                     "--dest", str(dest), f"{spec['package']}=={spec['version']}")))
-            commands.append(Command(("git", "fetch", f"<{spec['package']}-{spec['version']}>/{spec['git_dir']}", pin.commit)))
-        else:
-            commands.append(Command(("git", "fetch", "--depth=1", mirror.spec, pin.commit)))
-    return Step(
-        id=f"fetch:{pin.name}",
-        action="fetch",
-        title=f"fetch {pin.name} @ {pin.short} (verified by commit SHA; mirrors in order)",
-        key=digest("fetch", pin.url, pin.commit),
-        commands=tuple(commands),
-        data=FetchData(pin=pin.name, commit=pin.commit, dest=str(layout.git_cache(pin.commit))),
-    )
-
-
-def _source(project: Project, variant: Variant, layout: Layout, steps: dict[str, Step]) -> Source:
-    recipe = variant.recipe
-    if recipe.pin_name is None:
-        local = recipe.source["local"]
-        d = project.digests.get(f"local:{local}", "")
-        return Source(key=digest("local", local, d), dir=str(project.root / local), commit=None, short=d[:7], pin=None)
-    pin = project.pins[recipe.pin_name]
-    extra = [(project.pins[e["pin"]], e["into"]) for e in recipe.source.get("extra", [])]
-    for p in [pin] + [e for e, _ in extra]:
-        steps.setdefault(f"fetch:{p.name}", _fetch_step(p, layout))
-    subs = list(recipe.source.get("submodules", []))
-    if subs:  # companion sources: the pin's submodules at their gitlinks
-        steps.setdefault(f"fetch:submodules:{pin.name}", companion_steps.submodule_step(layout, pin, subs))
-    patches = recipe.patches(project.root)
-    key = digest("source", pin.commit, [(p.file, project.digests.get(str(p.path))) for p in patches],
-                 [(e.name, e.commit, into) for e, into in extra], *([sorted(subs)] if subs else []))
-    # The checkout's directory is named by what it is a checkout *of* (commit, patch names, extra pins), not by the
-    # patches' contents: a refreshed patch resets and re-patches the same tree, so only the files it touches get new
-    # mtimes and the build after it is incremental. The key file beside it says which contents it holds.
-    series = digest([p.file for p in patches], [(e.name, e.commit, into) for e, into in extra], *([sorted(subs)] if subs else []))[:8]
-    src = layout.src(f"{pin.name}@{pin.commit[:12]}" + (f"-{series}" if patches or extra or subs else ""))
-    step_id = f"source:{recipe.pin_name}@{pin.short}" + (f"+{len(patches)}p" if patches else "") + (f"+{len(extra)}x" if extra else "")
-    if step_id in steps and steps[step_id].key != key:
-        step_id += f"~{key[:7]}"
-    if step_id not in steps:
-        # a worktree of the content-addressed cache: no copy of the objects, and the cache's shallow boundary holds
-        cmds = [Command(("git", "--git-dir", str(layout.git_cache(pin.commit)), "worktree", "add", "--quiet", "--force",
-                         "--detach", str(src), pin.commit))]
-        for e, into in extra:
-            cmds.append(Command(("git", "--git-dir", str(layout.git_cache(e.commit)), "worktree", "add", "--quiet", "--force",
-                                 "--detach", f"{src}/{into}", e.commit)))
-        for p in patches:
-            cmds.append(Command(("git", "-C", str(src), "apply", "--check", str(p.path))))
-            cmds.append(Command(("git", "-C", str(src), "apply", str(p.path))))
-        steps[step_id] = Step(
-            id=step_id,
-            action="source",
-            title=f"check out {recipe.pin_name} @ {pin.short}" + (f" and apply {len(patches)} patch(es)" if patches else ""),
-            key=key,
-            commands=tuple(cmds),
-            needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]) + ((f"fetch:submodules:{pin.name}",) if subs else ()),
-            data=SourceData(dir=str(src), pin=pin.name, commit=pin.commit, patches=tuple(str(p.path) for p in patches),
-                            extra=tuple(ExtraSource(e.name, e.commit, into) for e, into in extra), where=str(recipe.path),
-                            submodules_lock=str(companion_steps.submodules_lock(layout, pin, subs)) if subs else None),
-        )
-    return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin, step_id=step_id)
-
-
 def apply_overrides(variant: Variant, overrides: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
     """The per-invocation option overrides (`--set RECIPE.OPTION=VALUE`) that apply to this variant."""
     out: dict[str, str] = {}
@@ -177,168 +97,459 @@ def build_string(variant: Variant, short: str, build_number: int, overrides: Map
     return f"{variant.name}_h{short}{tag}_{build_number}"
 
 
-def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: Layout, build_number: int,
-                   version: str, steps: dict[str, Step], overrides: Mapping[str, str]) -> str:
-    """Adds the variant's steps; returns the id of its package step."""
+# ---- planners: one per step action ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Source:
+    """What a variant builds from: a pinned commit (+patches, +extra pins) or a local directory."""
+
+    key: str
+    dir: str
+    commit: str | None
+    short: str
+    pin: Pin | None
+    name: str  # names the checkout in the path maps: one target per checkout, whichever variant builds it
+    step_id: str | None = None
+
+
+def plan_fetch(pin: Pin, layout: Layout) -> Step:
+    commands = []
+    for mirror in pin.fetch_order():
+        if mirror.kind == "pypi_sdist":
+            spec = mirror.spec
+            dest = layout.downloads() / spec["sha256"]
+            commands.append(Command(("pip", "download", "--no-deps", "--no-binary", spec["package"],
+                                     "--dest", str(dest), f"{spec['package']}=={spec['version']}")))
+            commands.append(Command(("git", "fetch", f"<{spec['package']}-{spec['version']}>/{spec['git_dir']}", pin.commit)))
+        else:
+            commands.append(Command(("git", "fetch", "--depth=1", mirror.spec, pin.commit)))
+    return Step(id=f"fetch:{pin.name}", action="fetch",
+                title=f"fetch {pin.name} @ {pin.short} (verified by commit SHA; mirrors in order)",
+                key=digest("fetch", pin.url, pin.commit), commands=tuple(commands),
+                data=FetchData(pin=pin.name, commit=pin.commit, dest=str(layout.git_cache(pin.commit))))
+
+
+def submodules_lock(layout: Layout, pin: Pin, want: Sequence[str]) -> Path:
+    return layout.cache / "submodules" / f"{pin.commit}-{digest(sorted(want))[:12]}.json"
+
+
+def plan_submodules(layout: Layout, pin: Pin, want: Sequence[str]) -> Step:
+    """The pin's git submodules at the gitlinks its commit records (companions.py fetches them)."""
+    return Step(id=f"fetch:submodules:{pin.name}", action="submodules",
+                title=f"fetch submodules of {pin.name} @ {pin.short} at their gitlinks ({', '.join(want)})",
+                key=digest("submodules", pin.url, pin.commit, sorted(want)),
+                commands=tuple(Command(("git", "fetch", "--depth=1", f"<.gitmodules url of {p}>", f"<gitlink of {p}>"))
+                               for p in want),
+                needs=(f"fetch:{pin.name}",),
+                data=SubmodulesData(pin=pin.name, commit=pin.commit, url=pin.url, want=tuple(want),
+                                    lock=str(submodules_lock(layout, pin, want)), git_dir=str(layout.git_cache(pin.commit))))
+
+
+def plan_source(project: Project, variant: Variant, layout: Layout, steps: dict[str, Step]) -> Source:
+    """The checkout (a worktree of the fetched commit, patched), with the fetch steps it needs. Variants that build
+    the same commit, patches and extra pins share one checkout and one step."""
     recipe = variant.recipe
-    source = _source(project, variant, layout, steps)
-    build_dir = layout.build(variant.id)
-    staged_prefix = layout.staged_prefix(variant.id)
-    build_prefix = build_dir / "_prefix"
+    if recipe.pin_name is None:
+        local = recipe.source["local"]
+        d = project.digests.get(f"local:{local}", "")
+        return Source(key=digest("local", local, d), dir=str(project.root / local), commit=None, short=d[:7], pin=None,
+                      name=Path(local).name or recipe.name)
+    pin = project.pins[recipe.pin_name]
+    extra = [(project.pins[e["pin"]], e["into"]) for e in recipe.source.get("extra", [])]
+    for p in [pin] + [e for e, _ in extra]:
+        steps.setdefault(f"fetch:{p.name}", plan_fetch(p, layout))
+    subs = list(recipe.source.get("submodules", []))
+    if subs:
+        steps.setdefault(f"fetch:submodules:{pin.name}", plan_submodules(layout, pin, subs))
+    patches = recipe.patches(project.root)
+    extras = [(e.name, e.commit, into) for e, into in extra]
+    key = digest("source", pin.commit, [(p.file, project.digests.get(str(p.path))) for p in patches], extras,
+                 *([sorted(subs)] if subs else []))
+    # The checkout's directory is named by what it is a checkout *of* (commit, patch names, extra pins), not by the
+    # patches' contents: a refreshed patch resets and re-patches the same tree, so only the files it touches get new
+    # mtimes and the build after it is incremental. The key file beside it says which contents it holds.
+    series = digest([p.file for p in patches], extras, *([sorted(subs)] if subs else []))[:8]
+    src = layout.src(f"{pin.name}@{pin.commit[:12]}" + (f"-{series}" if patches or extra or subs else ""))
+    step_id = f"source:{recipe.pin_name}@{pin.short}" + (f"+{len(patches)}p" if patches else "") + (f"+{len(extra)}x" if extra else "")
+    if step_id in steps and steps[step_id].key != key:
+        step_id += f"~{key[:7]}"
+    if step_id not in steps:
+        # a worktree of the content-addressed cache: no copy of the objects, and the cache's shallow boundary holds
+        cmds = [Command(("git", "--git-dir", str(layout.git_cache(pin.commit)), "worktree", "add", "--quiet", "--force",
+                         "--detach", str(src), pin.commit))]
+        cmds += [Command(("git", "--git-dir", str(layout.git_cache(e.commit)), "worktree", "add", "--quiet", "--force",
+                          "--detach", f"{src}/{into}", e.commit)) for e, into in extra]
+        for p in patches:
+            cmds += [Command(("git", "-C", str(src), "apply", "--check", str(p.path))),
+                     Command(("git", "-C", str(src), "apply", str(p.path)))]
+        steps[step_id] = Step(
+            id=step_id, action="source",
+            title=f"check out {recipe.pin_name} @ {pin.short}" + (f" and apply {len(patches)} patch(es)" if patches else ""),
+            key=key, commands=tuple(cmds),
+            needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]) + ((f"fetch:submodules:{pin.name}",) if subs else ()),
+            data=SourceData(dir=str(src), pin=pin.name, commit=pin.commit, patches=tuple(str(p.path) for p in patches),
+                            extra=tuple(ExtraSource(e.name, e.commit, into) for e, into in extra), where=str(recipe.path),
+                            submodules_lock=str(submodules_lock(layout, pin, subs)) if subs else None))
+    return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin, name=pin.name, step_id=step_id)
+
+
+def plan_crates(layout: Layout, recipe: Recipe, source: Source) -> Step:
+    """`cargo vendor` of the checkout's Cargo.toml, cached by source: {crates}."""
+    manifest = recipe.source["crates"]["manifest"]
+    key = digest("crates", source.key, manifest)
+    dest = layout.cache / "crates" / key[:16]
+    return Step(id=f"fetch:crates:{recipe.name}", action="crates",
+                title=f"cargo vendor the crates of {manifest} for {recipe.name} (cached by source, offline afterwards)",
+                key=key,
+                commands=(Command(("cargo", "vendor", "--locked", "--versioned-dirs", "--manifest-path",
+                                   f"{source.dir}/{manifest}", f"{dest}/vendor")),),
+                needs=(source.step_id,) if source.step_id else (),
+                data=CratesData(source=source.dir, manifest=manifest, dir=str(dest), where=str(recipe.path)))
+
+
+def plan_hf(layout: Layout, pin: Pin) -> Step:
+    """The pin's Hugging Face files at its revision, each checked against its sha256: {hf}."""
+    hf = pin.raw["companions"]["huggingface"]
+    files = dict(hf["files"])
+    key = digest("hf", hf["repo"], hf.get("revision"), sorted(files.items(), key=lambda kv: kv[0]))
+    return Step(id=f"fetch:hf:{pin.name}", action="hf",
+                title=f"fetch {len(files)} file(s) of {hf['repo']} @ {str(hf.get('revision'))[:7]} (sha256 from pins.yaml)",
+                key=key,
+                commands=tuple(Command(("GET", f"<endpoint>/{hf['repo']}/resolve/{hf.get('revision')}/{name}"))
+                               for name in sorted(files)),
+                data=HfData(pin=pin.name, repo=hf["repo"], revision=hf.get("revision"), files=tuple(sorted(files.items())),
+                            dir=str(layout.cache / "hf" / key[:16]), where=pin.where))
+
+
+def hf_unresolved(pin: Pin) -> str | None:
+    """Why the pin's checkpoint can't be fetched, or None."""
+    hf = (pin.raw.get("companions") or {}).get("huggingface")
+    if not hf:
+        return "it has no companions.huggingface entry"
+    if hf.get("unresolved") or not hf.get("revision"):
+        return hf.get("unresolved") or "no revision"
+    missing = sorted(n for n, h in hf["files"].items() if not h)
+    return f"no sha256 for {', '.join(missing)}" if missing else None
+
+
+def plan_companions(variant: Variant, source: Source, layout: Layout) -> list[Step]:
+    """Crates vendored from the checkout and the pin's Hugging Face files, when the recipe asks for them."""
+    recipe = variant.recipe
+    if source.pin is None:
+        return []
+    out = []
+    if recipe.source.get("crates"):
+        out.append(plan_crates(layout, recipe, source))
+    if recipe.source.get("huggingface"):
+        out.append(plan_hf(layout, source.pin))
+    return out
+
+
+def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[Step]:
+    """A toolchain input that the fetch step provides (cuBLAS from NVIDIA's wheel), when the host uses that copy."""
+    out = []
+    for tool in variant.toolchain:
+        fact = host.tools.get(tool.key)
+        if not (tool.wheel and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains"))):
+            continue
+        w = dict(tool.wheel)
+        out.append(Step(
+            id=f"toolchain:{tool.tool}", action="toolchain",
+            title=f"fetch {w['package']}=={w['version']} (sha256-checked) as the {tool.tool} toolchain",
+            key=digest("toolchain", w),
+            commands=(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", f"{w['package']}=={w['version']}")),),
+            data=ToolchainData(tool=tool.tool, package=w["package"], version=w["version"], sha256=w["sha256"],
+                               root=w["root"], dest=fact.root)))
+    return out
+
+
+def wheels_key(recipe: Recipe, host: HostFacts) -> str:
+    return digest("wheels", recipe.source.get("wheels", []), host.python_tag)
+
+
+def plan_wheels(recipe: Recipe, host: HostFacts, layout: Layout) -> list[Step]:
+    """The recipe's Python requirements as wheels for the build machine's interpreter."""
     wheels = recipe.source.get("wheels", [])
-    wheels_key = digest("wheels", wheels, host.python_tag)
-    wheels_dir = layout.wheels(wheels_key)
-    install_prefix = f"{INSTALL_PREFIX}/{variant.root}" if variant.root else INSTALL_PREFIX
-    values = {
-        "source": source.dir,
-        "build": str(build_dir),
-        "prefix": str(build_prefix),
-        "wheels": str(wheels_dir),
-        "python": host.python,
-        "commit": source.commit or "",
-        "commit7": source.short,
-        "build_number": str(build_number),
-        "variant": variant.id,
-        **tool_values(variant, host.tools),
-    }
-    companions = []  # crates vendored from the checkout, Hugging Face files of the pin: {crates} and {hf}
-    if recipe.source.get("crates") and source.pin is not None:
-        sstep = next(s.id for s in steps.values() if s.action == "source" and s.key == source.key)
-        companions.append(steps.setdefault(f"fetch:crates:{recipe.name}",
-                                           companion_steps.crates_step(layout, recipe, source.key, source.dir, sstep)))
-        values["crates"] = companions[-1].data.dir
-    if recipe.source.get("huggingface") and source.pin is not None:
-        companions.append(steps.setdefault(f"fetch:hf:{source.pin.name}", companion_steps.hf_step(layout, source.pin)))
-        values["hf"] = companions[-1].data.dir
-    where = str(recipe.path)
+    if not wheels:
+        return []
+    key = wheels_key(recipe, host)
+    return [Step(id=f"fetch:wheels:{recipe.name}", action="wheels",
+                 title=f"fetch {len(wheels)} Python requirement(s) as wheels for {recipe.name}", key=key,
+                 commands=(Command(("pip", "download", "--only-binary", ":all:", "--dest", str(layout.wheels(key)), *wheels)),),
+                 data=WheelsData(dir=str(layout.wheels(key)), requirements=tuple(wheels), python=host.python_minor))]
+
+
+@dataclass(frozen=True)
+class VariantInputs:
+    """What the build, stage and package planners of one variant share, worked out once (placeholders expanded)."""
+
+    variant: Variant
+    source: Source
+    layout: Layout
+    host: HostFacts
+    values: Mapping[str, str]  # the placeholders' values
+    options: Mapping[str, object]
+    env: Mapping[str, str]
+    commands: tuple[tuple[str, ...], ...]
+    ctx: KindContext  # what the build kind turns into commands
+    install_prefix: str
+    companions: tuple[Step, ...]
+    wheels_key: str | None
+    overrides: Mapping[str, str]
+    build_number: int
+    version: str
+    patches: tuple[str, ...]
+
+    @property
+    def build_dir(self) -> Path:
+        return self.layout.build(self.variant.id)
+
+    @property
+    def build_string(self) -> str:
+        return build_string(self.variant, self.source.short, self.build_number, self.overrides)
+
+
+def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: Layout, source: Source,
+                   companions: Sequence[Step], overrides: Mapping[str, str], build_number: int, version: str) -> VariantInputs:
+    recipe = variant.recipe
+    build_dir = layout.build(variant.id)
+    wkey = wheels_key(recipe, host)
+    values = {"source": source.dir, "build": str(build_dir), "prefix": str(build_dir / "_prefix"),
+              "wheels": str(layout.wheels(wkey)), "python": host.python, "commit": source.commit or "",
+              "commit7": source.short, "build_number": str(build_number), "variant": variant.id,
+              **tool_values(variant, host.tools)}
+    for step in companions:
+        values[{"crates": "crates", "hf": "hf"}[step.action]] = step.data.dir
     unknown = sorted(set(overrides) - set(variant.options)) if variant.kind == "cmake" else []
     if unknown:
         raise OnebitError(f"--set {recipe.name}.{unknown[0]}: {variant.id} has no build option {unknown[0]!r}",
-                          where=where, hint=f"its options: {', '.join(sorted(variant.options))}")
-    options = {k: expand(str(v), values, where) if isinstance(v, str) else v for k, v in {**variant.options, **overrides}.items()}
-    env = {k: expand(v, values, where) for k, v in variant.env.items()}
-    commands = tuple(tuple(expand(a, values, where) for a in argv) for argv in variant.commands)
+                          where=str(recipe.path), hint=f"its options: {', '.join(sorted(variant.options))}")
+    options = {k: expand(v, values, partial(variant.where, "build", "options", k)) if isinstance(v, str) else v
+               for k, v in {**variant.options, **overrides}.items()}
+    env = {k: expand(v, values, partial(variant.where, "build", "env", k)) for k, v in variant.env.items()}
+    commands = tuple(tuple(expand(a, values, partial(variant.where, "build", "commands", i, j)) for j, a in enumerate(argv))
+                     for i, argv in enumerate(variant.commands))
+    install_prefix = f"{INSTALL_PREFIX}/{variant.root}" if variant.root else INSTALL_PREFIX
     launcher = host.tools.get("ccache")
-    stage_tmp = layout.stage_tmp(variant.id)
+    ccache = launcher is not None and launcher.found
     ctx = KindContext(
-        source=source.dir,
-        build=str(build_dir),
-        destdir=str(stage_tmp),
-        prefix=install_prefix,
+        source=source.dir, build=str(build_dir), destdir=str(layout.stage_tmp(variant.id)), prefix=install_prefix,
         # where this variant's files land: its subtree of the staged prefix (kinds that copy their own install tree)
         staged_prefix=str(layout.staged_prefix(variant.id, tmp=True)) + (f"/{variant.root}" if variant.root else ""),
-        build_prefix=str(build_prefix),
-        jobs=host.jobs,
-        build_type=variant.build_type,
-        options=options,
-        env=env,
-        targets=variant.targets,
-        commands=commands,
-        launcher=launcher.path if launcher and launcher.found else None,
+        build_prefix=str(build_dir / "_prefix"), jobs=host.jobs, build_type=variant.build_type, options=options,
+        env=env, targets=variant.targets, commands=commands, launcher=launcher.path if ccache else None,
         net_cut=host.net_cut if variant.network == "none" else (),
         # ccache: paths relative to the work dir, so a fresh work dir (CI, tests) still hits the cache
-        extra_env={**({"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if launcher and launcher.found else {}),
-                   # no work, cache or $HOME path in what ships (and the same bytes from any work dir)
-                   **repro.prefix_map_env(repro.build_maps(source=source.dir, build=str(build_dir), recipe=recipe.name,
-                                                           cache=str(layout.cache), home=host.home), env)},
+        extra_env={"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if ccache else {},
+        # no work, cache or $HOME path in what ships (and the same bytes from any work dir and any ccache history)
+        maps=tuple(flags.build_maps(source=source.dir, build=str(build_dir), name=source.name, cache=str(layout.cache),
+                                    home=host.home)),
     )
-    kind = KINDS[variant.kind]
-    needs = [source.step_id] if source.step_id else []
-    for tool in variant.toolchain:
-        fact = host.tools.get(tool.key)
-        if tool.wheel and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains")):
-            w = dict(tool.wheel)
-            tid = f"toolchain:{tool.tool}"
-            steps.setdefault(tid, Step(
-                id=tid, action="toolchain",
-                title=f"fetch {w['package']}=={w['version']} (sha256-checked) as the {tool.tool} toolchain",
-                key=digest("toolchain", w),
-                commands=(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", f"{w['package']}=={w['version']}")),),
-                data=ToolchainData(tool=tool.tool, package=w["package"], version=w["version"], sha256=w["sha256"],
-                                   root=w["root"], dest=fact.root)))
-            needs.append(tid)
-    if wheels:
-        wid = f"fetch:wheels:{recipe.name}"
-        steps.setdefault(wid, Step(
-            id=wid,
-            action="wheels",
-            title=f"fetch {len(wheels)} Python requirement(s) as wheels for {recipe.name}",
-            key=wheels_key,
-            commands=(Command(("pip", "download", "--only-binary", ":all:", "--dest", str(wheels_dir), *wheels)),),
-            data=WheelsData(dir=str(wheels_dir), requirements=tuple(wheels), python=host.python_minor),
-        ))
-        needs.append(wid)
-    needs += [c.id for c in companions]
-    toolchain = sorted((t.key, (host.tools.get(t.key).version if host.tools.get(t.key) else None)) for t in variant.toolchain
-                       if not t.optional)
-    build_key = digest("build", BUILDER_VERSION, repro.PREFIX_MAPS, source.key, variant.kind, options, variant.targets, env,
-                       commands, variant.build_type, toolchain, wheels_key if wheels else None, install_prefix,
-                       *[c.key for c in companions])
-    steps[f"build:{variant.id}"] = Step(
-        id=f"build:{variant.id}",
-        action="build",
-        title=f"build {variant.id} ({variant.kind}{', network cut' if ctx.net_cut else ''})",
-        key=build_key,
-        commands=tuple(kind.build(ctx)),
-        needs=tuple(needs),
-        data=BuildData(variant=variant.id, kind=variant.kind, build_dir=str(build_dir), source_dir=source.dir,
-                       fresh_dir=variant.kind == "script", where=where,
-                       network_isolated=variant.network != "none" or bool(host.net_cut)),
-    )
-    bstring = build_string(variant, source.short, build_number, overrides)
-    manifest_entry = None
-    if variant.backend:
-        manifest_entry = {
-            "recipe": recipe.name,
-            "package": variant.package_name,
-            "version": version,
-            "build_number": build_number,
-            "build_string": bstring,
-            "root": variant.root or None,
-            "adapter": variant.adapter,
-            "binaries": {name: variant.in_prefix(rel) for name, rel in variant.binaries.items()},
-            "devices": list(variant.devices),
-            "source": {"pin": source.pin.name, "url": source.pin.url, "commit": source.commit,
-                       "patches": [p.file for p in recipe.patches(project.root)]} if source.pin else None,
-            "features": list(variant.features),
-            "overrides": dict(overrides) or None,
-            "build_network": "not isolated" if variant.network == "none" and not host.net_cut else None,
-        }
-        if variant.provides_env:
-            manifest_entry["env"] = dict(variant.provides_env)
-    tests = tuple(RecipeTest(name=t["name"], run=tuple(t["run"]), expect=t.get("expect"), needs=t.get("needs"))
-                  for t in (expand_test(t, values, where) for t in variant.tests))
-    stage_key = digest("stage", build_key, variant.install, variant.root, variant.keep, variant.binaries, variant.links,
-                       manifest_entry, [dataclasses.astuple(t) for t in tests])
-    steps[f"stage:{variant.id}"] = Step(
-        id=f"stage:{variant.id}",
-        action="stage",
-        title=f"stage {variant.id} into a DESTDIR, set RPATH $ORIGIN, check it",
-        key=stage_key,
-        commands=tuple(kind.install(ctx)) if variant.install == "build-system" else (),
-        needs=(f"build:{variant.id}",),
-        data=StageData(variant=variant.id, package=variant.package_name, stage_root=str(layout.stage(variant.id)),
-                       stage_tmp=str(stage_tmp), tmp_prefix=str(layout.staged_prefix(variant.id, tmp=True)),
-                       prefix=str(staged_prefix), root=variant.root, keep=tuple(variant.keep),
-                       binaries=dict(variant.binaries), links=dict(variant.links), backend=variant.backend,
-                       manifest_entry=manifest_entry, build_dir=str(build_dir), home=host.home, tests=tests,
-                       test_values={"commit": source.commit or "", "commit7": source.short}, where=where),
-    )
-    depends = tuple(expand(d, {**values, "python_minor": host.python_minor}, where) for d in variant.depends)
-    package_key = digest("package", stage_key, variant.package_name, version, bstring, build_number, depends)
-    pid = f"package:{variant.id}"
-    steps[pid] = Step(
-        id=pid,
-        action="package",
-        title=f"package {variant.package_name}-{version}-{bstring}.conda",
-        key=package_key,
-        needs=(f"stage:{variant.id}",),
-        data=PackageData(name=variant.package_name, version=version, build_string=bstring, build_number=build_number,
-                         license=recipe.data["license"], summary=variant.recipe.data["summary"],
-                         homepage=recipe.data.get("homepage"), prefix=str(staged_prefix),
-                         out=str(layout.packages(package_key)), depends=depends, glibc_from_elf=True),
-    )
-    return pid
+    return VariantInputs(variant=variant, source=source, layout=layout, host=host, values=values, options=options,
+                         env=env, commands=commands, ctx=ctx, install_prefix=install_prefix, companions=tuple(companions),
+                         wheels_key=wkey if recipe.source.get("wheels") else None, overrides=overrides,
+                         build_number=build_number, version=version,
+                         patches=tuple(p.file for p in recipe.patches(project.root)))
+
+
+def plan_build(v: VariantInputs, needs: Sequence[str]) -> Step:
+    """The build kind's commands (configure + build, or make, or the recipe's script) in the variant's build dir."""
+    variant = v.variant
+    toolchain = sorted((t.key, (v.host.tools.get(t.key).version if v.host.tools.get(t.key) else None))
+                       for t in variant.toolchain if not t.optional)
+    key = digest("build", BUILDER_VERSION, flags.PREFIX_MAPS, v.source.key, variant.kind, v.options, variant.targets,
+                 v.env, v.commands, variant.build_type, toolchain, v.wheels_key, v.install_prefix,
+                 *[c.key for c in v.companions])
+    return Step(id=f"build:{variant.id}", action="build",
+                title=f"build {variant.id} ({variant.kind}{', network cut' if v.ctx.net_cut else ''})", key=key,
+                commands=tuple(KINDS[variant.kind].build(v.ctx)), needs=tuple(needs),
+                data=BuildData(variant=variant.id, kind=variant.kind, build_dir=str(v.build_dir), source_dir=v.source.dir,
+                               fresh_dir=variant.kind == "script", where=str(variant.recipe.path),
+                               network_isolated=variant.network != "none" or bool(v.host.net_cut),
+                               flags=digest(v.ctx.maps)))
+
+
+def manifest_entry(v: VariantInputs) -> dict | None:
+    """The variant's entry in share/onebit/manifest.json (backends only)."""
+    variant, source = v.variant, v.source
+    if not variant.backend:
+        return None
+    entry = {
+        "recipe": variant.recipe.name, "package": variant.package_name, "version": v.version,
+        "build_number": v.build_number, "build_string": v.build_string, "root": variant.root or None,
+        "adapter": variant.adapter, "binaries": {name: variant.in_prefix(rel) for name, rel in variant.binaries.items()},
+        "devices": list(variant.devices),
+        "source": {"pin": source.pin.name, "url": source.pin.url, "commit": source.commit,
+                   "patches": list(v.patches)} if source.pin else None,
+        "features": list(variant.features), "overrides": dict(v.overrides) or None,
+        "build_network": "not isolated" if variant.network == "none" and not v.host.net_cut else None,
+    }
+    if variant.provides_env:
+        entry["env"] = dict(variant.provides_env)
+    return entry
+
+
+def recipe_tests(v: VariantInputs) -> tuple[RecipeTest, ...]:
+    """The recipe's tests with their {tool:...} placeholders expanded ({commit}/{commit7} stay for the runner)."""
+    variant = v.variant
+    values = {**v.values, **{k: "{" + k + "}" for k in ("commit", "commit7")}}
+    own = len(variant.recipe.data.get("tests", []))
+    out = []
+    for i, t in enumerate(variant.tests):
+        ypath = ("tests", i) if i < own else ("variants", variant.name, "tests", i - own)
+        run = tuple(expand(a, values, partial(variant.recipe.doc.where, ypath + ("run", j))) for j, a in enumerate(t["run"]))
+        out.append(RecipeTest(name=t["name"], run=run, expect=t.get("expect"), needs=t.get("needs")))
+    return tuple(out)
+
+
+def plan_stage(v: VariantInputs, build: Step) -> Step:
+    """Install into a DESTDIR, keep what the recipe packages, set RPATH $ORIGIN, check it, run the recipe's tests."""
+    variant, layout = v.variant, v.layout
+    entry = manifest_entry(v)
+    tests = recipe_tests(v)
+    key = digest("stage", build.key, variant.install, variant.root, variant.keep, variant.binaries, variant.links,
+                 entry, [dataclasses.astuple(t) for t in tests])
+    return Step(id=f"stage:{variant.id}", action="stage",
+                title=f"stage {variant.id} into a DESTDIR, set RPATH $ORIGIN, check it", key=key,
+                commands=tuple(KINDS[variant.kind].install(v.ctx)) if variant.install == "build-system" else (),
+                needs=(build.id,),
+                data=StageData(variant=variant.id, package=variant.package_name, stage_root=str(layout.stage(variant.id)),
+                               stage_tmp=str(layout.stage_tmp(variant.id)),
+                               tmp_prefix=str(layout.staged_prefix(variant.id, tmp=True)),
+                               prefix=str(layout.staged_prefix(variant.id)), root=variant.root, keep=tuple(variant.keep),
+                               binaries=dict(variant.binaries), links=dict(variant.links), backend=variant.backend,
+                               manifest_entry=entry, build_dir=str(v.build_dir), home=v.host.home, tests=tests,
+                               test_values={"commit": v.source.commit or "", "commit7": v.source.short},
+                               where=str(variant.recipe.path)))
+
+
+def plan_package(v: VariantInputs, stage: Step) -> Step:
+    """One .conda of the staged prefix, with its run requirements."""
+    variant = v.variant
+    recipe = variant.recipe
+    values = {**v.values, "python_minor": v.host.python_minor}
+    own = len(recipe.data.get("requirements", {}).get("run", []))
+    depends = tuple(expand(d, values, partial(recipe.doc.where, ("requirements", "run", i) if i < own else
+                                              ("variants", variant.name, "requirements", "run", i - own)))
+                    for i, d in enumerate(variant.depends))
+    key = digest("package", stage.key, variant.package_name, v.version, v.build_string, v.build_number, depends)
+    return Step(id=f"package:{variant.id}", action="package",
+                title=f"package {variant.package_name}-{v.version}-{v.build_string}.conda", key=key, needs=(stage.id,),
+                data=PackageData(name=variant.package_name, version=v.version, build_string=v.build_string,
+                                 build_number=v.build_number, license=recipe.data["license"], summary=recipe.data["summary"],
+                                 homepage=recipe.data.get("homepage"), prefix=stage.data.prefix,
+                                 out=str(v.layout.packages(key)), depends=depends, glibc_from_elf=True))
+
+
+def plan_bundle(bundle: Bundle, version: str, build_number: int, packages: Sequence[Step], layout: Layout) -> list[Step]:
+    """The metapackage (with the manifest), the channel, the tarball, SHA256SUMS, and the move into place."""
+    meta_key = digest("meta", bundle.name, version, build_number, [p.key for p in packages])
+    nxt = layout.next_out()
+    tar_name = f"onebit-{bundle.name}-{version}-{build_number}-{bundle.platform}.tar.zst"
+    common = dict(name=f"onebit-bundle-{bundle.name}", summary=bundle.summary, packages=tuple(p.id for p in packages),
+                  out=str(layout.packages(meta_key)))
+    return [
+        Step("bundle:metapackage", "metapackage", f"metapackage onebit-bundle-{bundle.name} with share/onebit/manifest.json",
+             meta_key, needs=tuple(p.id for p in packages), data=BundleData(**common, dir=str(nxt))),
+        Step("bundle:channel", "channel", "index a local conda channel (py-rattler index_fs)",
+             digest("channel", meta_key), needs=("bundle:metapackage",), data=BundleData(**common, dir=str(nxt / "channel"))),
+        Step("bundle:tarball", "tarball", f"tar.zst of the installed tree: {tar_name}",
+             digest("tarball", meta_key), needs=("bundle:channel",), data=BundleData(**common, dir=str(nxt / tar_name))),
+        Step("bundle:checksums", "checksums", "SHA256SUMS of every artifact", digest("sums", meta_key),
+             needs=("bundle:tarball",), data=BundleData(**common, dir=str(nxt / "SHA256SUMS"))),
+        Step("bundle:publish", "publish", f"move the finished bundle into place: {layout.out}", digest("publish", meta_key),
+             needs=("bundle:checksums",), data=BundleData(**common, dir=str(nxt), to=str(layout.out))),
+    ]
+
+
+# ---- composing -----------------------------------------------------------------------------------------------------
+def _add(steps: dict[str, Step], step: Step) -> Step:
+    """Add a step once (variants share fetch, source and companion steps); return the one in the plan."""
+    return steps.setdefault(step.id, step)
+
+
+def variant_steps(project: Project, variant: Variant, host: HostFacts, layout: Layout, build_number: int,
+                  version: str, steps: dict[str, Step], overrides: Mapping[str, str]) -> Step:
+    """The variant's steps, planner by planner, in order; returns its package step."""
+    source = plan_source(project, variant, layout, steps)
+    companions = [_add(steps, s) for s in plan_companions(variant, source, layout)]
+    inputs = [_add(steps, s) for s in plan_toolchain(variant, host, layout) + plan_wheels(variant.recipe, host, layout)]
+    v = variant_inputs(project, variant, host, layout, source, companions, overrides, build_number, version)
+    build = _add(steps, plan_build(v, needs=[*([source.step_id] if source.step_id else []), *(s.id for s in inputs + companions)]))
+    stage = _add(steps, plan_stage(v, build))
+    return _add(steps, plan_package(v, stage))
+
+
+def refusal(project: Project, variant: Variant) -> list[str]:
+    """Why this host's plan cannot include the variant: an unresolved pin, or a checkpoint that can't be fetched."""
+    pins = [variant.recipe.pin_name] + [e["pin"] for e in variant.recipe.source.get("extra", [])]
+    unresolved = [project.pins[p] for p in pins if p and project.pins[p].unresolved]
+    if unresolved:
+        return [f"{variant.id}: pin {pin.name!r} is unresolved ({pin.where}): {pin.unresolved}" for pin in unresolved]
+    hf_why = hf_unresolved(project.pins[pins[0]]) if pins[0] and variant.recipe.source.get("huggingface") else None
+    if hf_why:
+        return [f"{variant.id}: the Hugging Face files of pin {pins[0]!r} can't be fetched ({project.pins[pins[0]].where}): {hf_why}"]
+    return []
+
+
+def _check_names(bundle: Bundle, variants: Sequence[Variant], only: set[str] | None,
+                 overrides: Mapping[str, Mapping[str, str]]) -> None:
+    known = {v.recipe.name for v in variants} | {v.id for v in variants}
+    for target in overrides:
+        if target not in known:
+            raise OnebitError(f"--set {target}.…: bundle {bundle.name!r} has no recipe or variant {target!r}",
+                              hint=f"it has: {', '.join(sorted(known))}")
+    for name in sorted(only or ()):
+        if name not in known:
+            raise OnebitError(f"--only {name}: bundle {bundle.name!r} has no recipe or variant {name!r}",
+                              hint=f"it has: {', '.join(sorted(known))}")
+
+
+def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layout, *, build_number: int | None = None,
+              only: set[str] | None = None, overrides: Mapping[str, Mapping[str, str]] | None = None,
+              version: str | None = None) -> Plan:
+    bundle = project.bundle(bundle_name)
+    bn = bundle.build_number if build_number is None else build_number
+    version = version or bundle.version
+    overrides = overrides or {}
+    variants = project.variants(bundle)
+    _check_names(bundle, variants, only, overrides)
+    problems = clobbers({v.package_name: claims(v) for v in variants})
+    if problems:
+        raise OnebitError(f"bundle {bundle.name!r}: two packages would install the same path:\n    " + "\n    ".join(problems),
+                          where=str(bundle.path), hint="give each backend variant its own stage.root (libexec/onebit/{variant})")
+    plan = Plan(bundle=bundle.name, version=version, build_number=bn, platform=bundle.platform, layout=layout, steps=[])
+    steps: dict[str, Step] = {}
+    packages: list[Step] = []
+    for variant in variants:
+        if only and variant.id not in only and variant.recipe.name not in only:
+            continue
+        refused = refusal(project, variant)
+        if refused:
+            plan.refusals += refused
+            continue
+        plan.missing += missing_tools(variant, host.tools)
+        packages.append(variant_steps(project, variant, host, layout, bn, version, steps, apply_overrides(variant, overrides)))
+    if packages:
+        for s in plan_bundle(bundle, version, bn, packages, layout):
+            _add(steps, s)
+    plan.steps = _ordered(steps)
+    return plan
+
+
+def _ordered(steps: dict[str, Step]) -> list[Step]:
+    """Dependencies first, otherwise in insertion order."""
+    done: dict[str, Step] = {}
+
+    def visit(sid: str) -> None:
+        if sid in done:
+            return
+        for need in steps[sid].needs:
+            visit(need)
+        done[sid] = steps[sid]
+
+    for sid in steps:
+        visit(sid)
+    return list(done.values())
 
 
 def claims(variant: Variant) -> list[str]:
@@ -361,83 +572,6 @@ def clobbers(owners: Mapping[str, Sequence[str]]) -> list[str]:
             if a == b or (a.endswith("/") and b.startswith(a)) or (b.endswith("/") and a.startswith(b)):
                 problems.append(f"{pa} and {pb} would both install {min(a, b, key=len)}")
     return problems
-
-
-def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layout, *, build_number: int | None = None,
-              only: set[str] | None = None, overrides: Mapping[str, Mapping[str, str]] | None = None,
-              version: str | None = None) -> Plan:
-    bundle = project.bundle(bundle_name)
-    bn = bundle.build_number if build_number is None else build_number
-    version = version or bundle.version
-    overrides = overrides or {}
-    plan = Plan(bundle=bundle.name, version=version, build_number=bn, platform=bundle.platform, layout=layout, steps=[])
-    steps: dict[str, Step] = {}
-    packages: list[str] = []
-    variants = project.variants(bundle)
-    known = {v.recipe.name for v in variants} | {v.id for v in variants}
-    for target in overrides:
-        if target not in known:
-            raise OnebitError(f"--set {target}.…: bundle {bundle.name!r} has no recipe or variant {target!r}",
-                              hint=f"it has: {', '.join(sorted(known))}")
-    owners = {v.package_name: claims(v) for v in variants}
-    problems = clobbers(owners)
-    if problems:
-        raise OnebitError(f"bundle {bundle.name!r}: two packages would install the same path:\n    " + "\n    ".join(problems),
-                          where=str(bundle.path), hint="give each backend variant its own stage.root (libexec/onebit/{variant})")
-    for variant in variants:
-        if only and variant.id not in only and variant.recipe.name not in only:
-            continue
-        pins = [variant.recipe.pin_name] + [e["pin"] for e in variant.recipe.source.get("extra", [])]
-        unresolved = [project.pins[p] for p in pins if p and project.pins[p].unresolved]
-        if unresolved:
-            for pin in unresolved:
-                plan.refusals.append(f"{variant.id}: pin {pin.name!r} is unresolved ({pin.where}): {pin.unresolved}")
-            continue
-        hf_why = companion_steps.hf_unresolved(project.pins[pins[0]]) if pins[0] and variant.recipe.source.get("huggingface") else None
-        if hf_why:
-            plan.refusals.append(f"{variant.id}: the Hugging Face files of pin {pins[0]!r} can't be fetched ({project.pins[pins[0]].where}): {hf_why}")
-            continue
-        plan.missing += missing_tools(variant, host.tools)
-        packages.append(_variant_steps(project, variant, host, layout, bn, version, steps, apply_overrides(variant, overrides)))
-    if packages:
-        pkg_keys = [steps[p].key for p in packages]
-        meta_key = digest("meta", bundle.name, version, bn, pkg_keys)
-        nxt = layout.next_out()
-        tar_name = f"onebit-{bundle.name}-{version}-{bn}-{bundle.platform}.tar.zst"
-        common = dict(name=f"onebit-bundle-{bundle.name}", summary=bundle.summary, packages=tuple(packages),
-                      out=str(layout.packages(meta_key)))
-        bundle_steps = [
-            Step("bundle:metapackage", "metapackage", f"metapackage onebit-bundle-{bundle.name} with share/onebit/manifest.json",
-                 meta_key, needs=tuple(packages), data=BundleData(**common, dir=str(nxt))),
-            Step("bundle:channel", "channel", "index a local conda channel (py-rattler index_fs)",
-                 digest("channel", meta_key), needs=("bundle:metapackage",), data=BundleData(**common, dir=str(nxt / "channel"))),
-            Step("bundle:tarball", "tarball", f"tar.zst of the installed tree: {tar_name}",
-                 digest("tarball", meta_key), needs=("bundle:channel",), data=BundleData(**common, dir=str(nxt / tar_name))),
-            Step("bundle:checksums", "checksums", "SHA256SUMS of every artifact", digest("sums", meta_key),
-                 needs=("bundle:tarball",), data=BundleData(**common, dir=str(nxt / "SHA256SUMS"))),
-            Step("bundle:publish", "publish", f"move the finished bundle into place: {layout.out}", digest("publish", meta_key),
-                 needs=("bundle:checksums",), data=BundleData(**common, dir=str(nxt), to=str(layout.out))),
-        ]
-        for s in bundle_steps:
-            steps[s.id] = s
-    plan.steps = _ordered(steps)
-    return plan
-
-
-def _ordered(steps: dict[str, Step]) -> list[Step]:
-    """Dependencies first, otherwise in insertion order."""
-    done: dict[str, Step] = {}
-
-    def visit(sid: str) -> None:
-        if sid in done:
-            return
-        for need in steps[sid].needs:
-            visit(need)
-        done[sid] = steps[sid]
-
-    for sid in steps:
-        visit(sid)
-    return list(done.values())
 
 
 def all_tools(project: Project, bundle_name: str) -> list[Tool]:

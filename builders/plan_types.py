@@ -21,12 +21,17 @@ def digest(*parts: Any) -> str:
 class Command:
     argv: tuple[str, ...]
     cwd: str | None = None
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # set over the caller's environment
+    unset: tuple[str, ...] = ()  # removed from the caller's environment (a make build inherits no CFLAGS)
 
     def shell(self) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)
+        env = " ".join([f"-u {k}" for k in self.unset] + [f"{k}={shlex.quote(v)}" for k, v in self.env])
         cd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
-        return f"{cd}{env + ' ' if env else ''}{shlex.join(self.argv)}"
+        return f"{cd}{('env ' if self.unset else '') + env + ' ' if env else ''}{shlex.join(self.argv)}"
+
+    def environ(self, caller: Mapping[str, str]) -> dict[str, str]:
+        """The environment this command runs with, given the caller's."""
+        return {**{k: v for k, v in caller.items() if k not in self.unset}, **dict(self.env)}
 
     def to_json(self) -> dict:
         out: dict = {"argv": list(self.argv)}
@@ -34,6 +39,8 @@ class Command:
             out["cwd"] = self.cwd
         if self.env:
             out["env"] = dict(self.env)
+        if self.unset:
+            out["unset"] = list(self.unset)
         return out
 
 
@@ -117,6 +124,8 @@ class BuildData:
     fresh_dir: bool  # script kinds start from an empty dir
     where: str
     network_isolated: bool = True  # False: the recipe asks for no network but this host cannot cut it
+    flags: str = ""  # digest of the path maps: a build dir configured with other flags is wiped first (CMake reads
+    #                  CFLAGS only on its first configure)
 
 
 @dataclass(frozen=True)

@@ -1,52 +1,12 @@
-"""Reproducibility: compiler flags that keep build paths out of binaries, and the leak check on what ships.
+"""Reproducibility: the leak check on what ships (no build machine path in a package), and release comparisons.
 
-Both are pure functions: plan.py merges `prefix_map_env` into each build's environment; the stage step calls
-`leak_problems` on every staged file and fails on any hit (as it already fails on a build-tree RPATH).
+Pure where it can be: the stage step calls `scan_tree` on every staged file and fails on any hit (as it already fails
+on a build-tree RPATH). The flags that keep build paths out of binaries are the build kinds' (builders/kinds/flags.py).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-
-PREFIX_MAPS = "file-prefix-map-1"  # in every build key: builds from before the maps are not reused
-
-# Environment variables read by the compilers the recipes use (CMake reads CFLAGS/CXXFLAGS/CUDAFLAGS/HIPFLAGS on the
-# first configure; cargo reads RUSTFLAGS). zig has no prefix map; zinc builds ReleaseFast (no debug info).
-C_LIKE = ("CFLAGS", "CXXFLAGS", "HIPFLAGS", "OBJCFLAGS")
-
-
-def prefix_map_env(maps: Sequence[tuple[str, str]], base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Pure: `base` with each (old, new) path map appended to every compiler's flags (existing flags kept first).
-
-    -ffile-prefix-map covers __FILE__, debug info and profile paths (gcc >= 8, clang >= 10); nvcc passes it on to
-    its host compiler; rustc gets --remap-path-prefix."""
-    env = dict(base or {})
-    maps = [(old.rstrip("/"), new) for old, new in maps if old and old.rstrip("/")]
-
-    def add(var: str, flags: Iterable[str]) -> None:
-        flags = list(flags)
-        if flags:
-            env[var] = " ".join(([env[var]] if env.get(var) else []) + flags)
-
-    c = [f"-ffile-prefix-map={old}={new}" for old, new in maps]
-    for var in C_LIKE:
-        add(var, c)
-    add("CUDAFLAGS", [f"-Xcompiler=-ffile-prefix-map={old}={new}" for old, new in maps])
-    add("RUSTFLAGS", [f"--remap-path-prefix={old}={new}" for old, new in maps])
-    return env
-
-
-def build_maps(*, source: str, build: str, recipe: str, cache: str | None = None, home: str | None = None) -> list[tuple[str, str]]:
-    """Pure: the path maps for one build: its source and build dirs to fixed names, the cache and $HOME to neutral ones.
-
-    gcc applies the last matching map, so the most specific maps come last."""
-    maps = []
-    if home:
-        maps.append((home, "/home/builder"))
-    if cache:
-        maps.append((cache, "/onebit/cache"))
-    maps += [(build, f"/usr/src/onebit/{recipe}-build"), (source, f"/usr/src/onebit/{recipe}")]
-    return maps
 
 
 def _roots(forbidden: Sequence[tuple[str, str]]) -> list[tuple[str, bytes]]:

@@ -1,17 +1,38 @@
 """What every command that works on a bundle shares: where its cache, work and out dirs are, the refusal when the host
-cannot build, and the directory locks. The `1bit-build` front (cli.py) and the release command both use it, so the
-release command registers without importing the front."""
+cannot build, the directory locks, and the console and log lines it writes. The `1bit-build` front (cli.py), the
+executor and the release command all use it, so the release command registers without importing the front."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 
 from .errors import OnebitError
 from .plan_types import Layout, Plan
 
-console = Console(stderr=True)
+
+
+def new_console(**kw) -> Console:
+    """The console every command writes to (stderr): no source location on log lines (`execute.py:217`) and, off a
+    terminal, no wrapping at 80 columns (CI logs, pipes)."""
+    return Console(**{"stderr": True, "log_path": False, "soft_wrap": True, **kw})
+
+
+def log_to(out: Console) -> Callable[[str], None]:
+    """A log function: rich's timed log lines on a terminal; off one, `[HH:MM:SS] message` on one line (rich's log
+    would lay the message out in a table 80 columns wide, wrapping it mid-word)."""
+    def log(message: str) -> None:
+        if out.is_terminal:
+            out.log(message)
+        else:
+            out.print(f"[{time.strftime('%H:%M:%S')}] {message}", highlight=False, soft_wrap=True)
+    return log
+
+
+console = new_console()
 
 
 def default_cache() -> Path:

@@ -164,3 +164,19 @@ def make_mini(base: Path) -> Mini:
           - recipe: hello
         """))
     return Mini(root=root, upstream=upstream, commit=commit)
+
+
+def add_twin(mini: Mini, name: str = "hello2", backend: str | None = None, **build) -> None:
+    """A second recipe on the same pin and patches (so the same checkout), staged in its own subtree, and both in the
+    mini bundle: how cpu, vulkan and cuda share one patched llama.cpp checkout. `build` is merged into both recipes'
+    build sections (e.g. build_type=RelWithDebInfo, so debug info records the build dirs). `backend`: the twin's
+    manifest backend (a name the manifest schema knows), None for a non-backend part."""
+    recipe = mini.recipe()
+    recipe["build"].update(build)
+    mini.write_recipe(recipe)
+    twin = {**recipe, "name": name, "source": {**recipe["source"], "patch_dir": "hello"},
+            "stage": {**recipe["stage"], "root": f"libexec/{name}"}, "provides": {**recipe["provides"], "backend": backend}}
+    (mini.root / "recipes" / f"{name}.yaml").write_text(yaml.safe_dump(twin, sort_keys=False))
+    bundle = yaml.safe_load((mini.root / "bundles" / "mini.yaml").read_text())
+    bundle["components"].append({"recipe": name})
+    (mini.root / "bundles" / "mini.yaml").write_text(yaml.safe_dump(bundle, sort_keys=False))

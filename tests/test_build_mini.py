@@ -3,7 +3,10 @@ package, channel, install. Each takes seconds, so every failure mode is tried fo
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from builders.execute import KEY_FILE, Executor
 from builders.install import install_bundle
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout, digest
-from mini_project import git, make_mini
+from mini_project import add_twin, git, make_mini
 
 
 def plan_for(mini, base: Path, **kw):
@@ -163,3 +166,90 @@ def test_upstream_commit_moved_under_the_same_tag_is_refused(mini, tmp_path):
         build(mini, tmp_path)
     assert f"tag 'v1.0' moved: pins.yaml says {mini.commit}, file://{mini.upstream} now says {moved}" in str(err.value)
     assert not (tmp_path / "cache" / "git" / f"{mini.commit}.git").exists()  # nothing entered the cache
+
+
+# ---- the project's flags: added to the recipe's, one target per checkout, never stale --------------------------
+def _ccache_stats(ccache_dir: Path) -> dict[str, int]:
+    out = subprocess.run(["ccache", "--print-stats"], env={**os.environ, "CCACHE_DIR": str(ccache_dir)},
+                         capture_output=True, text=True, check=True).stdout
+    return {k: int(v) for k, v in (line.split("\t") for line in out.splitlines() if "\t" in line)}
+
+
+def _staged(plan, variant: str) -> dict[str, bytes]:
+    data = plan.step(f"stage:{variant}").data
+    root = Path(data.prefix) / data.root
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_package_bytes_do_not_depend_on_ccache_history(mini, tmp_path, monkeypatch):
+    """hello and hello2 build one checkout. Built after hello, hello2's objects come from hello's ccache entries
+    (ccache hashes a map option's name, not its value); built alone with an empty ccache it compiles them itself.
+    Its staged bytes must be the same both ways."""
+    if shutil.which("ccache") is None:
+        pytest.fail("ccache is needed (.ci/run installs it)")
+    add_twin(mini, backend="vulkan", build_type="RelWithDebInfo")  # debug info records the (mapped) build and source dirs
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache-warm"))
+    warm, _ = build(mini, tmp_path / "warm")
+    stats = _ccache_stats(tmp_path / "ccache-warm")
+    assert stats["direct_cache_hit"] + stats["preprocessed_cache_hit"] >= 2, stats  # hello2 did hit hello's objects
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache-cold"))
+    cold, _ = build(mini, tmp_path / "cold", only={"hello2"})
+    assert _ccache_stats(tmp_path / "ccache-cold")["cache_miss"] >= 2
+    a, b = _staged(warm, "hello2"), _staged(cold, "hello2")
+    assert sorted(a) == ["bin/hello", "lib/libgreet.so"]
+    assert b"/usr/src/onebit/hello-build" in a["bin/hello"]  # the checkout's build target, whichever variant
+    assert a == b
+
+
+def test_a_recipes_cmake_c_flags_option_keeps_the_maps(mini, tmp_path):
+    """A recipe's CMAKE_C_FLAGS replaces CMake's start from CFLAGS: the maps are appended to it, so debug info
+    holds the mapped paths and the leak check passes."""
+    recipe = mini.recipe()
+    recipe["build"]["options"]["CMAKE_C_FLAGS"] = "-O1 -g"
+    mini.write_recipe(recipe)
+    plan, _ = build(mini, tmp_path)
+    binary = _staged(plan, "hello")["bin/hello"]
+    assert b"/usr/src/onebit/hello" in binary
+    assert str(tmp_path).encode() not in binary
+
+
+def test_a_build_dir_configured_with_other_maps_starts_clean(mini, tmp_path):
+    """CMake reads CFLAGS only when it first configures a build dir: a rebuild with other path maps (here another
+    $HOME) in the same dir starts it clean, or the old maps would stay in CMakeCache.txt."""
+    project = config.load_project(mini.root)
+    facts = host.gather(all_tools(project, "mini"))
+    layout = Layout(root=mini.root, cache=tmp_path / "cache", work=tmp_path / "work", out=tmp_path / "out")
+    Executor(make_plan(project, "mini", replace(facts, home="/home/first"), layout), project).run()
+    recipe = mini.recipe()
+    recipe["build"]["options"]["CMAKE_C_FLAGS_RELEASE"] = "-O2 -DNDEBUG"  # any change that reruns the build
+    mini.write_recipe(recipe)
+    project = config.load_project(mini.root)
+    plan = make_plan(project, "mini", replace(facts, home="/home/second"), layout)
+    report = Executor(plan, project).run()
+    assert "build:hello" in report.ran
+    cache_txt = (Path(plan.step("build:hello").data.build_dir) / "CMakeCache.txt").read_text()
+    [c_flags] = [line for line in cache_txt.splitlines() if line.startswith("CMAKE_C_FLAGS:")]
+    assert "-ffile-prefix-map=/home/second=/home/builder" in c_flags and "/home/first" not in c_flags
+
+
+def test_logs_off_a_terminal_are_whole_lines_without_source_locations(mini, tmp_path):
+    """`1bit-build build` with its output to a pipe (CI): every line is a whole log line (no wrapping at 80 columns
+    mid-word), none carries rich's source location (`execute.py:217`), and the plain progress lines still come
+    (here every output line: ONEBIT_PROGRESS_EVERY=0; 30 s by default)."""
+    import re
+    import sys
+
+    env = {**os.environ, "ONEBIT_PROGRESS_EVERY": "0", "COLUMNS": "80", "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "builders.cli", "--root", str(mini.root), "--cache", str(tmp_path / "cache"),
+                           "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"), "build", "mini"],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    assert not [ln for ln in lines if re.search(r"\b\w+\.py:\d+\b", ln)]
+    whole = re.compile(r"^(\[\d\d:\d\d:\d\d\] .+|\.\.\. \S+( \[\d+/\d+\])? \d+ s|done: .+)$")
+    assert [ln for ln in lines if not whole.match(ln)] == []
+    fetched = [ln for ln in lines if " fetched hello @ " in ln]
+    assert len(fetched) == 1 and fetched[0].endswith(f"from git file://{mini.upstream}") and len(fetched[0]) > 80
+    assert [ln for ln in lines if re.match(r"^\.\.\. build:hello \[\d+/\d+\] \d+ s$", ln)]
+    assert [ln for ln in lines if re.search(r"\] step \d+/\d+ build:hello: build hello \(cmake, network cut\)$", ln)]

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import requests
 
-from builders.config import _week_version
+from builders.version import this_week
 from builders.execute import Executor
 from builders.schemas import schema
 from cpu_bundle import plan_cpu
@@ -72,7 +72,7 @@ def test_artifacts_and_checksums(cpu_bundle):
     check = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     names = (out / "SHA256SUMS").read_text()
-    assert f"onebit-cpu-{_week_version()}-default_h0c1e570_0.conda" in names and ".tar.zst" in names
+    assert f"onebit-cpu-{this_week()}-default_h0c1e570_0.conda" in names and ".tar.zst" in names
     assert sorted(i.split("-2026")[0] for i in cpu_bundle.installed) == ["onebit-bundle-cpu", "onebit-cpu", "onebit-serve"]
 
 

@@ -303,7 +303,9 @@ def test_unknown_placeholder_is_one_line_with_file(tmp_path, capsys):
     before = snapshot(tmp_path)
     assert main(["--root", str(mini.root), "--cache", str(tmp_path / "c"), "plan", "mini"]) == 2
     err = one_error_line(capsys.readouterr().err)
-    assert "hello.yaml: unknown placeholder {nope}" in err and "known placeholders:" in err
+    line = next(i for i, ln in enumerate((mini.root / "recipes" / "hello.yaml").read_text().splitlines(), 1) if "{nope}" in ln)
+    assert f"hello.yaml:{line}: build.options.HELLO_COMMIT: unknown placeholder {{nope}}" in err  # file AND line
+    assert "known: {build}, {build_number}, {commit}" in err and "{tool:T} " not in err
     assert snapshot(tmp_path) == before
 
 

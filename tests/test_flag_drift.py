@@ -321,7 +321,7 @@ def make_recipe(name: str, env: dict | None = None) -> str:
           binaries:
             prog: bin/prog
         provides:
-          backend: {name}
+          backend: null
           adapter: ds4
           devices: [CPU]
           features: []
@@ -347,7 +347,7 @@ def cmake_recipe(name: str, options: dict) -> str:
           binaries:
             demo: bin/demo
         provides:
-          backend: {name}
+          backend: null
           devices: [CPU]
           features: []
         """).replace("OPTS", opts)

@@ -120,8 +120,49 @@ def _binary(text: str, rng: random.Random) -> bytes:
     return bytes(data)
 
 
+def _key_type(text: str, rng: random.Random) -> str:
+    """A key YAML reads as something other than text: a number, null, a bool, a date."""
+    lines = _lines(text)
+    cands = [i for i, ln in enumerate(lines) if re.match(r"^\s*[\w.-]+:", ln)]
+    i = rng.choice(cands)
+    indent = re.match(r"^\s*", lines[i]).group()
+    lines[i] = indent + rng.choice(["1", "null", "yes", "ON", "2020-01-01", "3.5", "~"]) + ":" + lines[i].split(":", 1)[1]
+    return "".join(lines)
+
+
+PATH_KEYS = ("into", "local", "manifest", "root", "path", "programs", "patch_dir", "git_dir", "install", "keep",
+             "submodules", "run")
+
+
+def _escape(text: str, rng: random.Random) -> str:
+    """A path field (or any value) that climbs out of what it names."""
+    lines = _lines(text)
+    cands = [i for i, ln in enumerate(lines) if re.match(rf"^\s*-?\s*({'|'.join(PATH_KEYS)}): ", ln)]
+    if not cands:
+        return _in_value(text, rng, "../../x")
+    i = rng.choice(cands)
+    key = lines[i].split(":", 1)[0]
+    lines[i] = f"{key}: {rng.choice(['../../x', '/etc', '[../../x]', 'a/../../b', '..', '~/x', 'x:../../y'])}\n"
+    return "".join(lines)
+
+
+def _regex(text: str, rng: random.Random) -> str:
+    lines = _lines(text)
+    cands = [i for i, ln in enumerate(lines) if re.match(r"^\s*-?\s*(expect|tag_pattern): ", ln)]
+    bad = rng.choice(["'(unclosed'", "'*x'", "'[z-a]'", "'(?P<'", "'\\'"])
+    if not cands:
+        return _in_value(text, rng, bad)
+    i = rng.choice(cands)
+    lines[i] = lines[i].split(":", 1)[0] + ": " + bad + "\n"
+    return "".join(lines)
+
+
+def _placeholder(text: str, rng: random.Random) -> str:
+    return _in_value(text, rng, rng.choice(['"{nope}"', '"{tool:nothere}"', '"{source}/{build:x}"', '"{commit7}"']))
+
+
 MUTATORS = [_control, _dup_line, _del_line, _indent, _flip, _truncate, _deep, _laughs, _alias, _wrong, _wrong, _wrong,
-            _unknown_key, _complex_key, _binary, _flip, _dup_line]
+            _unknown_key, _complex_key, _binary, _flip, _dup_line, _key_type, _escape, _escape, _regex, _placeholder]
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +175,32 @@ def project(tmp_path_factory) -> Path:
     return root
 
 
-def test_validate_never_raises_on_mutated_yaml(project, capsys):
+@pytest.fixture
+def quick_host(monkeypatch):
+    """Host facts probed once per tool: the plan is a pure function of them, so the fuzz spends its time there."""
+    from builders import host
+
+    real = host.detect_tool
+    seen: dict = {}
+
+    def detect(tool, env, toolchains=None):
+        if tool not in seen:
+            seen[tool] = real(tool, env, toolchains)
+        return seen[tool]
+
+    monkeypatch.setattr(host, "detect_tool", detect)
+    monkeypatch.setattr(host, "probe_net_cut", lambda: ())
+
+
+def _bundle_of(target: Path) -> str:
+    if target.parent.name == "bundles":
+        return target.stem
+    return "nvidia" if target.stem == "cuda" else "strix"
+
+
+def test_validate_never_raises_on_mutated_yaml(project, capsys, quick_host):
+    """Every mutation ends in `ok` or clean errors naming file:line; and what validates, `plan` takes without a crash
+    (what the plan would trip over is the validator's to refuse)."""
     files = [project / "pins.yaml", *sorted((project / "recipes").glob("*.yaml")), *sorted((project / "bundles").glob("*.yaml"))]
     originals = {f: f.read_bytes() for f in files}
     rng = random.Random(1234)
@@ -149,17 +215,24 @@ def test_validate_never_raises_on_mutated_yaml(project, capsys):
             text = out.decode("utf-8", "replace") if isinstance(out, bytes) else out
         data = out if isinstance(out, bytes) else out.encode("utf-8", "surrogatepass")
         target.write_bytes(data)
+        planned = None
         try:
             rc = main(["--root", str(project), "validate"])
+            if rc == 0:
+                capsys.readouterr()
+                planned = main(["--root", str(project), "--cache", str(project / ".cache"), "plan", _bundle_of(target), "--json"])
         except BaseException as exc:  # noqa: BLE001 - the point of the test
             failures.append(f"#{n} {mut.__name__} on {target.name}: {type(exc).__name__}: {exc}"[:300])
             rc = None
         finally:
             target.write_bytes(originals[target])
         err = capsys.readouterr().err
-        if rc == 0:
-            outcomes["still valid"] += 1
-        elif rc == 2:
+        if planned is not None:
+            outcomes[f"valid, plan exit {planned}"] += 1
+            if "Traceback" in err or planned not in (0, 1, 2):
+                failures.append(f"#{n} {mut.__name__} on {target.name}: plan exit {planned}: {err[-300:]!r}")
+            continue
+        if rc == 2:
             outcomes["clean error"] += 1
             if not WHERE.search(err):
                 failures.append(f"#{n} {mut.__name__} on {target.name}: no file:line in {err[:300]!r}")

@@ -157,11 +157,124 @@ def test_unknown_placeholder_names_the_recipe():
     assert "recipes/x.yaml: unknown placeholder {nope}" in str(err.value) and "{source}" in str(err.value)
 
 
-def test_cli_plan_strix_succeeds_here(capsys):
-    assert main(["--root", str(ROOT), "plan", "strix", "--dry-run"]) == 0
+@pytest.fixture
+def host_with(monkeypatch):
+    """`1bit-build` on a host whose tools are all found (True) or all missing (False)."""
+    from builders import cli
+
+    def use(found: bool):
+        monkeypatch.setattr(cli.host, "gather", lambda *a, **kw: facts(found=found))
+    return use
+
+
+def test_cli_plan_strix_is_a_short_table(capsys, host_with):
+    host_with(True)
+    assert main(["--root", str(ROOT), "--cache", "/nonexistent/c", "plan", "strix", "--dry-run"]) == 0
     out = capsys.readouterr().out
     for v in ("build:vulkan", "build:hrx", "build:lean-vulkan", "build:lean-rocm", "build:xdna", "build:zinc", "build:cpu"):
         assert v in out
+    lines = out.splitlines()
+    header = lines.index(next(ln for ln in lines if ln.split()[:2] == ["#", "step"]))
+    assert lines[header].split() == ["#", "step", "what", "key", "cached"]
+    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    rows = lines[header + 1:]
+    assert [r.split()[1] for r in rows] == [s.id for s in plan.steps]
+    assert all(r.split()[-1] == "no" and len(r.split()[-2]) == 12 for r in rows)  # an empty cache: nothing cached
+    assert "export " not in out and "FLAGS" not in out and len(out) < 12_000  # commands and env only with -v / --json
+
+
+def test_cli_plan_lists_missing_toolchains_first_and_exits_non_zero(capsys, host_with):
+    host_with(False)
+    assert main(["--root", str(ROOT), "--cache", "/nonexistent/c", "plan", "strix"]) == 1
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[1] == "missing toolchains (a build stops before doing anything):"
+    table = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["#", "step"])
+    assert all(ln.startswith("  - ") for ln in lines[2:table]) and "amdclang++ for hrx" in "\n".join(lines[2:table])
+    assert [ln for ln in err.splitlines() if ln.strip()] == [
+        f"error: this host cannot build bundle 'strix': {table - 2} toolchain(s) missing (listed first above); "
+        "build a subset with --only"]
+
+
+def test_cli_build_dry_run_exits_non_zero_when_the_host_cannot_build(tmp_path, capsys, host_with):
+    host_with(False)
+    dirs = ["--cache", str(tmp_path / "c"), "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o")]
+    assert main(["--root", str(ROOT), *dirs, "build", "strix", "--dry-run"]) == 1
+    assert capsys.readouterr().err.count("error: this host cannot build bundle 'strix'") == 1
+    assert not any((tmp_path / d).exists() for d in ("c", "w", "o"))
+    host_with(True)
+    assert main(["--root", str(ROOT), *dirs, "build", "strix", "--dry-run", "--only", "cpu"]) == 0
+
+
+def test_cli_only_an_unknown_name_is_an_error_naming_the_known_ones(capsys, host_with):
+    host_with(True)
+    assert main(["--root", str(ROOT), "plan", "strix", "--only", "nosuch"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--only nosuch: bundle 'strix' has no recipe or variant 'nosuch'" in err
+    assert "it has: cpu, ds4, ds4-cpu, ds4-rocm, hrx, laya, lean, lean-rocm, lean-vulkan, serve, tokenizers, vulkan" in err
+
+
+@pytest.mark.parametrize("env, shown, caller, lines, after", [
+    ({"A": "1"}, {"A": "1"}, {"A": "1"}, [], {"A": "1"}),  # the caller's value: nothing to say
+    ({"A": "2 3"}, {"A": "1"}, {"A": "1"}, ["export A='2 3'"], {"A": "2 3"}),
+    ({}, {"A": "1", "D": "/x"}, {"A": "1"}, ["unset D"], {"A": "1"}),  # the previous command's DESTDIR goes
+    ({}, {"A": "2"}, {"A": "1"}, ["export A=1"], {"A": "1"}),  # back to the caller's value
+])
+def test_env_lines_table(env, shown, caller, lines, after):
+    from builders.cli import env_lines
+
+    assert env_lines(env, shown, caller) == lines and shown == after
+
+
+def test_env_lines_unset_what_the_command_removes():
+    from builders.cli import env_lines
+
+    shown = {"CFLAGS": "-O0", "PATH": "/bin"}
+    assert env_lines({"X": "1"}, shown, {"CFLAGS": "-O0", "PATH": "/bin"}, ("CFLAGS", "LDFLAGS")) == ["unset CFLAGS", "export X=1"]
+    assert shown == {"PATH": "/bin", "X": "1"}
+
+
+def test_verbose_steps_paste_into_a_shell(tmp_path):
+    """--verbose prints only what a step adds to the caller's environment, as lines a shell runs to the executor's
+    exact environment: run them in bash with `env` in place of each command."""
+    import subprocess
+
+    from builders.cli import format_plan
+
+    caller = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CFLAGS": "-O0", "CCACHE_NOHASHDIR": "true"}
+    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)  # cmake (CFLAGS added) and make (CFLAGS removed)
+    lines = format_plan(plan, verbose=True, caller_env=caller)
+    assert "     export CCACHE_NOHASHDIR=true" not in lines  # the caller has it already
+    for sid in ("build:cpu", "stage:cpu", "build:ds4-cpu"):
+        step = plan.step(sid)
+        start = lines.index(f"     # {step.title}")
+        block = [ln.strip() for ln in lines[start + 1:start + 1 + 40] if ln.startswith("     ")]
+        script, n = [], 0
+        for ln in block:
+            if ln.startswith(("export ", "unset ", "cd ")):
+                script.append(ln if not ln.startswith("cd ") else "true")
+            elif n < len(step.commands):
+                script.append(f"env > {tmp_path}/env{n}")
+                n += 1
+        subprocess.run(["bash", "-c", "\n".join(script)], env=caller, check=True)
+        for i, cmd in enumerate(step.commands):
+            got = dict(ln.split("=", 1) for ln in (tmp_path / f"env{i}").read_text().splitlines() if "=" in ln)
+            got = {k: v for k, v in got.items() if k not in ("PWD", "SHLVL", "_", "OLDPWD")}
+            assert got == cmd.environ(caller), sid
+
+
+def test_the_executor_runs_every_action_the_planners_make():
+    from builders.execute import ACTIONS, Executor
+    from builders.errors import BuildError
+    from builders.plan_types import Step
+
+    made = {s.action for b in PROJECT.bundles for s in make_plan(PROJECT, b, facts(), LAYOUT).steps}
+    assert made <= set(ACTIONS) and all(callable(f) for f in ACTIONS.values())
+    plan = make_plan(PROJECT, "cpu", facts(), LAYOUT)
+    plan.steps = [Step("x:1", "teleport", "an action nobody runs", "k")]
+    with pytest.raises(BuildError) as err:
+        Executor(plan, PROJECT).run()
+    assert "no executor for step action(s) teleport" in str(err.value)
 
 
 def test_cli_build_strix_stops_before_any_work_listing_every_missing_toolchain(tmp_path, capsys, monkeypatch):
@@ -177,8 +290,32 @@ def test_cli_build_strix_stops_before_any_work_listing_every_missing_toolchain(t
     assert not any((tmp_path / d).exists() for d in ("c", "w", "o"))
 
 
-def test_plan_json(capsys):
+def test_plan_json(capsys, host_with):
+    host_with(True)  # the exit status says whether this host can build it: here it can
     assert main(["--root", str(ROOT), "plan", "cpu", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["bundle"] == "cpu" and doc["steps"][0]["id"] == "fetch:llama.cpp"
     assert all(len(s["key"]) == 64 for s in doc["steps"])
+
+
+def test_the_walk_of_a_bundle_name_crosses_four_modules():
+    """Issue 18: following a bundle name through make_plan should take at most 4 files: plan.py (the planners),
+    config.py (the bundle's variants), host.py (is a tool new enough) and the build kinds; plan_types.py holds the
+    data the steps are made of. Measured from the functions that run, not from the imports."""
+    import sys
+
+    ran: set[str] = set()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            path = Path(frame.f_code.co_filename)
+            if path.is_relative_to(ROOT / "builders"):
+                ran.add(path.relative_to(ROOT).with_suffix("").as_posix())
+
+    sys.setprofile(profile)
+    try:
+        make_plan(PROJECT, "strix", facts(), LAYOUT)
+    finally:
+        sys.setprofile(None)
+    modules = {"builders/kinds" if m.startswith("builders/kinds/") else m for m in ran} - {"builders/plan_types"}
+    assert modules == {"builders/plan", "builders/config", "builders/host", "builders/kinds"}, sorted(ran)

@@ -110,7 +110,20 @@ def test_zinc_and_ds4_commands():
                         "--cache-dir", "/work/strix/build/zinc/zig-cache", "-j2")
     assert dict(zig.env)["ZIG_GLOBAL_CACHE_DIR"] == "/work/strix/build/zinc/zig-global-cache"
     make = step(plan, "build:ds4-cpu").commands[2].argv
-    assert make == ("make", "-C", "/work/strix/build/ds4-cpu/tree", "-j2", "cpu", "NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS=")
+    # upstream's `CFLAGS ?= -O3 ...` stays: the path maps go into CC, and make inherits no flag variables
+    assert make == ("make", "-C", "/work/strix/build/ds4-cpu/tree", "-j2", "cpu",
+                    "CC=cc " + maps("/home/u", "/cache", "/work/strix/build/ds4-cpu", "/work/strix/src/ds4@8d576642c39b", "ds4"),
+                    "NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS=")
+    assert not any(k.endswith("FLAGS") for k, _ in step(plan, "build:ds4-cpu").commands[2].env)
+    assert step(plan, "build:ds4-cpu").commands[2].unset == ("CFLAGS", "CXXFLAGS", "CPPFLAGS", "OBJCFLAGS", "LDFLAGS",
+                                                             "LDLIBS", "NVCCFLAGS")
+
+
+def maps(home: str, cache: str, build: str, source: str, name: str, prefix: str = "-ffile-prefix-map=") -> str:
+    """The path maps a build of checkout `name` gets, as compiler flags (builders/kinds/flags.py)."""
+    return " ".join(f"{prefix}{old}={new}" for old, new in ((home, "/home/builder"), (cache, "/onebit/cache"),
+                                                           (build, f"/usr/src/onebit/{name}-build"),
+                                                           (source, f"/usr/src/onebit/{name}")))
 
 
 # ---- plan -> build -> stage through the shims ------------------------------------------------------------------
@@ -199,9 +212,13 @@ def test_ds4_cuda_through_the_shims(shims, tmp_path):
     project = project_with("nv", ("ds4", ("cuda",)))
     plan, calls, prefix = shims(project, "nv", "ds4-cuda", {"Makefile": "all:\n"})
     cuda = f"{tmp_path}/tc/CUDA_HOME"
-    assert [c["argv"] for c in calls] == [["-C", f"{tmp_path}/work/build/ds4-cuda/tree", "-j2", "cuda",
+    build, src = f"{tmp_path}/work/build/ds4-cuda", f"{tmp_path}/work/src/ds4@8d576642c39b"
+    assert [c["argv"] for c in calls] == [["-C", f"{build}/tree", "-j2", "cuda",
+                                           "CC=cc " + maps("/home/u", f"{tmp_path}/cache", build, src, "ds4"),
                                            "NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS=", f"CUDA_HOME={cuda}",
-                                           f"NVCC={cuda}/bin/nvcc", "CUDA_ARCH=sm_89"]]
+                                           f"NVCC={cuda}/bin/nvcc " + maps("/home/u", f"{tmp_path}/cache", build, src, "ds4",
+                                                                           "-Xcompiler=-ffile-prefix-map="),
+                                           "CUDA_ARCH=sm_89"]]
     assert sorted(p.name for p in (prefix / "bin").iterdir()) == ["ds4", "ds4-agent", "ds4-bench", "ds4-eval", "ds4-server"]
     assert plan.step("stage:ds4-cuda").data.manifest_entry["devices"] == ["CUDA0"]
 
@@ -209,8 +226,10 @@ def test_ds4_cuda_through_the_shims(shims, tmp_path):
 def test_ds4_rocm_through_the_shims(shims, tmp_path):
     plan, calls, prefix = shims(PROJECT, "strix", "ds4-rocm", {"Makefile": "all:\n"})
     rocm = f"{tmp_path}/tc/ONEBIT_DS4_ROCM_TOOLCHAIN"
-    assert [c["argv"] for c in calls] == [["-C", f"{tmp_path}/work/build/ds4-rocm/tree", "-j2", "rocm",
-                                           "NATIVE_CPU_FLAG=-march=x86-64-v3", f"ROCM_PATH={rocm}", "ROCM_ARCH=gfx1151"]]
+    m = maps("/home/u", f"{tmp_path}/cache", f"{tmp_path}/work/build/ds4-rocm", f"{tmp_path}/work/src/ds4-rocm@7a751eb56201", "ds4-rocm")
+    assert [c["argv"] for c in calls] == [["-C", f"{tmp_path}/work/build/ds4-rocm/tree", "-j2", "rocm", f"CC=cc {m}",
+                                           f"GPU_CC={rocm}/bin/hipcc {m}", "NATIVE_CPU_FLAG=-march=x86-64-v3",
+                                           f"ROCM_PATH={rocm}", "ROCM_ARCH=gfx1151"]]
     assert sorted(p.name for p in (prefix / "bin").iterdir()) == ["ds4", "ds4-bench", "ds4-server"]
     entry = plan.step("stage:ds4-rocm").data.manifest_entry
     assert (entry["devices"], entry["source"]["commit"]) == (["ROCm0"], "7a751eb5620113bdede014345b85152ee58f0436")

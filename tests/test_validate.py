@@ -128,3 +128,62 @@ def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(OnebitError) as err:
         config.load_project(tmp_path)
     assert "pins.yaml" in str(err.value) and "file not found" in str(err.value)
+
+
+# ---- what the plan or the build would crash on is refused at validate time, with file:line (issue 16) ------------
+REFUSED = [
+    # paths that climb out of what they name
+    ("recipes/hrx.yaml", "    - {pin: hrx-system, into: third_party/hrx-system}", "    - {pin: hrx-system, into: ../../../../x}",
+     "source.extra[0].into: '../../../../x' may not climb out of the checkout"),
+    ("recipes/serve.yaml", "  local: onebit", "  local: /etc", "source.local: '/etc' must be relative to the project"),
+    ("recipes/serve.yaml", "  local: onebit", "  local: ../onebit", "source.local: '../onebit' may not climb out of the project"),
+    ("recipes/tokenizers.yaml", "  crates: {manifest: hf_tokenizers/Cargo.toml}", "  crates: {manifest: ../x/Cargo.toml}",
+     "source.crates.manifest: '../x/Cargo.toml' may not climb out of the checkout"),
+    ("recipes/cpu.yaml", "  patch_dir: llama.cpp", "  patch_dir: ..", "source.patch_dir: '..' must name a folder of recipes/patches/"),
+    ("recipes/xdna.yaml", "  submodules: [xrt]", "  submodules: [../xrt]", "source.submodules[0]: '../xrt' may not climb out of the checkout"),
+    ("recipes/cuda.yaml", "path: bin/nvcc, version", "path: ../../bin/nvcc, version",
+     "toolchain[5].path: '../../bin/nvcc' may not climb out of the toolchain root"),
+    ("recipes/cuda.yaml", "root: nvidia/cu13}", "root: ../../nvidia}", "toolchain[6].wheel.root: '../../nvidia' may not climb out of the wheel"),
+    ("recipes/tokenizers.yaml", ":include/tokenizers.h\"", ":../../include/tokenizers.h\"",
+     "build.options.install: '../../include/tokenizers.h' may not climb out of the prefix"),
+    ("recipes/ds4.yaml", "    programs: ds4 ds4-server ds4-bench ds4-eval ds4-agent", "    programs: ds4 /etc/passwd",
+     "build.options.programs: '/etc/passwd' must be relative to the build tree"),
+    ("recipes/cpu.yaml", "    bin/llama-server-{variant}: bin/llama-server", "    ../../bin/x: bin/llama-server",
+     "stage.links.../../bin/x: '../../bin/x' may not climb out of the prefix"),
+    ("pins.yaml", "          git_dir: llama_cpp_python-0.3.36/.git/modules/vendor/llama.cpp", "          git_dir: ../../x",
+     "pins.llama.cpp.mirrors[0].pypi_sdist.git_dir: '../../x' may not climb out of the sdist"),
+    ("pins.yaml", "          rl_agent_config.json:", "          ../../rl_agent_config.json:",
+     "'../../rl_agent_config.json' may not climb out of the checkpoint folder"),
+    # keys that are not text
+    ("pins.yaml", "  ds4-rocm:\n", "  1:\n", "pins[1]: key 1 is read as int, not text; quote it"),
+    ("pins.yaml", "  ds4-rocm:\n", "  null:\n", "pins.None: key None is read as null, not text; quote it"),
+    ("recipes/cpu.yaml", "    GGML_NATIVE: OFF", "    2020-01-01: OFF", "key datetime.date(2020, 1, 1) is read as date, not text"),
+    ("recipes/cpu.yaml", "    GGML_NATIVE: OFF", "    ON: OFF", "build.options[True]: key True is read as bool, not text"),
+    # values the plan cannot use
+    ("recipes/cpu.yaml", "    GGML_NATIVE: OFF", "    GGML_NATIVE: 2020-01-01", "build.options.GGML_NATIVE: datetime.date(2020, 1, 1) is not of type"),
+    ("recipes/cpu.yaml", "    GGML_NATIVE: OFF", "    GGML_NATIVE: 1.5", "build.options.GGML_NATIVE: 1.5 is not of type"),
+    # regexes compiled now, not when a build reaches them
+    ("recipes/ds4.yaml", '    expect: "--port"', '    expect: "(--port"', "tests[0].expect: not a regular expression: missing ), unterminated subpattern"),
+    ("pins.yaml", "    tag_pattern: '^v(\\d+)\\.(\\d+)(-rc\\d+)?$'", "    tag_pattern: '^v(\\d+'",
+     "tag_pattern: not a regular expression"),
+    # placeholders the plan could not fill in: file AND line
+    ("recipes/cpu.yaml", "    GGML_NATIVE: OFF", "    GGML_NATIVE: \"{nope}\"", "build.options.GGML_NATIVE: unknown placeholder {nope} (variant cpu)"),
+    ("recipes/xdna.yaml", '    run: ["{tool:xrt-smi}", examine]', '    run: ["{tool:xrt-smy}", examine]',
+     "tests[0].run[0]: unknown placeholder {tool:xrt-smy} (variant xdna)"),
+    # names the manifest would refuse at the bundle's last step
+    ("recipes/zinc.yaml", "  backend: zinc", "  backend: zinc2", "provides.backend: backend 'zinc2' is not one the manifest knows"),
+]
+
+
+@pytest.mark.parametrize("file, old, new, expected", REFUSED, ids=[r[3][:40] for r in REFUSED])
+def test_what_would_crash_is_refused_with_file_and_line(project, capsys, file, old, new, expected):
+    path = project / file
+    edit(path, old, new)
+    for argv in (["validate"], ["plan", "strix", "--json"]):
+        assert main(["--root", str(project), *argv]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        matching = [line.strip() for line in err.splitlines() if expected in line]
+        assert matching, err
+        line = line_of(path, new.strip().splitlines()[-1].strip())
+        assert matching[0].startswith(f"{path}:{line}:"), (matching[0], line)

@@ -5,6 +5,7 @@ and add one line to KINDS below. A kind only turns a context into exact commands
 """
 from __future__ import annotations
 
+from . import flags  # noqa: F401  (the project's own flags: path maps, added where upstream leaves room)
 from .base import BuildKind, KindContext, env_items  # noqa: F401  (the kinds' shared API)
 from .cargo import CargoKind
 from .cmake import CMakeKind

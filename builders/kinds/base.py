@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
 from ..plan_types import Command
+from . import flags
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,9 @@ class KindContext:
     commands: tuple[tuple[str, ...], ...] = ()
     launcher: str | None = None  # ccache
     net_cut: tuple[str, ...] = ()  # argv prefix that cuts the network
-    extra_env: Mapping[str, str] = field(default_factory=dict)
+    extra_env: Mapping[str, str] = field(default_factory=dict)  # the builder's own settings (ccache)
     build_prefix: str = ""  # for kinds that install as they build (script, zig): an install tree inside the build dir
+    maps: tuple[tuple[str, str], ...] = ()  # path maps (flags.build_maps): each kind adds them where upstream leaves room
 
 
 class BuildKind(Protocol):
@@ -34,6 +36,8 @@ class BuildKind(Protocol):
     def install(self, ctx: KindContext) -> list[Command]: ...
 
 
-def env_items(ctx: KindContext, **more: str) -> tuple[tuple[str, str], ...]:
-    merged = {**ctx.env, **ctx.extra_env, **more}
-    return tuple(sorted(merged.items()))
+def env_items(ctx: KindContext, *, flag_env: bool = True, **more: str) -> tuple[tuple[str, str], ...]:
+    """The recipe's environment, the builder's own settings, and (flag_env) the path maps appended to the compiler
+    flag variables that the build system reads from the environment (CFLAGS, CXXFLAGS, CUDAFLAGS, RUSTFLAGS, KCFLAGS...)."""
+    env = flags.prefix_map_env(ctx.maps, ctx.env) if flag_env else dict(ctx.env)
+    return tuple(sorted({**env, **ctx.extra_env, **more}.items()))

@@ -1,7 +1,11 @@
-"""CMake + Ninja, out of tree, ccache when present; install into a DESTDIR."""
+"""CMake + Ninja, out of tree, ccache when present; install into a DESTDIR.
+
+The path maps reach the compilers through CFLAGS/CXXFLAGS/... in the environment, which CMake reads to start
+CMAKE_<LANG>_FLAGS and upstream's CMakeLists add to; a recipe's own CMAKE_<LANG>_FLAGS option gets them appended."""
 from __future__ import annotations
 
 from ..plan_types import Command
+from . import flags
 from .base import env_items
 
 
@@ -28,7 +32,7 @@ class CMakeKind:
         ]
         if ctx.launcher:
             argv += [f"-DCMAKE_C_COMPILER_LAUNCHER={ctx.launcher}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ctx.launcher}"]
-        argv += [f"-D{k}={cmake_value(v)}" for k, v in ctx.options.items()]
+        argv += [f"-D{k}={cmake_value(v)}" for k, v in flags.cmake_options(ctx.options, ctx.maps).items()]
         return argv
 
     def build(self, ctx) -> list[Command]:

@@ -3,17 +3,24 @@
 options: make variables (NAME=value on the command line, so they win over the Makefile's `?=` defaults), except
 `programs`, a space-separated list of the files the build leaves in the tree that the install step copies to bin/.
 targets: the make goals (e.g. `cpu`, `cuda`, `rocm`).
+
+The project's own flags never replace upstream's: a Makefile's `CFLAGS ?= -O3 ...` is skipped when CFLAGS is in the
+environment, and a command-line CFLAGS replaces even its `CFLAGS += ...`. So the path maps go into the compiler
+variables the recipe passes (CC="cc -ffile-prefix-map=...", NVCC, GPU_CC, ...; CC=cc when it passes none), and the
+flag variables are removed from the environment make inherits (the command's `unset`: `env -u CFLAGS ...` as a
+shell line) unless the recipe sets them.
 """
 from __future__ import annotations
 
 from ..plan_types import Command
+from . import flags
 from .base import env_items
 
 
-def _split(options) -> tuple[list[str], list[str]]:
+def _split(options) -> tuple[list[str], dict[str, str]]:
     opts = dict(options)
     programs = str(opts.pop("programs", "")).split()
-    return programs, [f"{k}={v}" for k, v in opts.items()]
+    return programs, {k: str(v) for k, v in opts.items()}
 
 
 class MakeKind:
@@ -24,12 +31,15 @@ class MakeKind:
 
     def build(self, ctx) -> list[Command]:
         _, variables = _split(ctx.options)
+        variables = flags.make_variables(variables, ctx.maps)
         tree = self.tree(ctx)
-        env = env_items(ctx)
         return [
             Command(("rm", "-rf", tree)),
             Command(("cp", "-a", f"{ctx.source}/.", tree)),
-            Command(tuple(ctx.net_cut) + ("make", "-C", tree, f"-j{ctx.jobs}", *ctx.targets, *variables), env=env),
+            Command(tuple(ctx.net_cut) + ("make", "-C", tree, f"-j{ctx.jobs}", *ctx.targets,
+                                          *[f"{k}={v}" for k, v in variables.items()]),
+                    env=env_items(ctx, flag_env=False),
+                    unset=tuple(v for v in flags.MAKE_FLAG_VARIABLES if v not in ctx.env)),
         ]
 
     def install(self, ctx) -> list[Command]:
