@@ -58,15 +58,26 @@ class AdapterError(ValueError):
 
 
 # --- llama-server ----------------------------------------------------------------------------------------------------
-# llama.cpp at its pin, common/arg.cpp common_print_available_devices() (`--list-devices`): "Available devices:", then
-# "  <name>: <description> (<total> MiB, <free> MiB free)" per device that is not the CPU, or "  (none)".
+# llama.cpp at its pin, common/arg.cpp common_print_available_devices() (`--list-devices`): printf "Available
+# devices:\n", then "  <name>: <description> (<total> MiB, <free> MiB free)\n" for every device that is not the CPU,
+# or "  (none)\n". This is the ONE parser of that listing: builders/stage.py (the recipe tests' device check) uses it.
 
-_LIST_DEVICES_LINE = re.compile(r"^\s+([A-Za-z]+[0-9]+):\s", re.MULTILINE)
+_DEVICES_HEADER = re.compile(r"^Available devices:\s*$", re.MULTILINE)
+_DEVICE_ENTRY = re.compile(r"^\s+([A-Za-z]+[0-9]+):\s", re.MULTILINE)
+
+
+def list_devices(output: str) -> tuple[str, ...]:
+    """The device names of a `llama-server --list-devices` output, in its order, each once: the indented
+    `<name><index>: ...` entries after its `Available devices:` line. Log lines (ggml_vulkan: ..., load_backend: ...)
+    never count, wherever they are: they are not indented entries, or they come before that line."""
+    m = _DEVICES_HEADER.search(output)
+    if m is None:
+        return ()
+    return tuple(dict.fromkeys(e.group(1) for e in _DEVICE_ENTRY.finditer(output, m.end())))
 
 
 def _llama_devices(stdout: str, stderr: str) -> tuple[str, ...]:
-    seen = [m.group(1) for m in _LIST_DEVICES_LINE.finditer(stdout + "\n" + stderr)]
-    return tuple(dict.fromkeys(seen))
+    return list_devices(stdout + "\n" + stderr)
 
 
 LLAMA_SERVER = Adapter(

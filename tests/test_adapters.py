@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from serve_fixtures import STRIX, STUB, models, write_manifest  # noqa: F401  (models is a fixture)
 
-from onebit.adapters import ADAPTERS, _llama_devices, _zinc_devices
+from onebit.adapters import ADAPTERS, _llama_devices, _zinc_devices, list_devices
 from onebit.inspect import inspect_model
 from onebit.manifest import load_manifest
 from onebit.route import LaunchPlan, Refusal, RouteEnv, ServeFlags, route
@@ -158,6 +159,51 @@ Available devices:
 ZINC_PIN = """info: GPU 0: AMD Radeon 8060S | VRAM: 65536 MB | vendor: 0x1002
 info: GPU 1: llvmpipe | VRAM: 0 MB | vendor: 0x10005
 """
+
+
+# --- the ONE `llama-server --list-devices` parser (onebit.adapters.list_devices; builders/stage.py uses it) ----------
+# (id, stdout, stderr, devices). stdout as common/arg.cpp common_print_available_devices() prints it at the llama.cpp
+# pin; stderr as ggml logs while loading backends (ggml-cuda.cu ggml_cuda_init, ggml-vulkan.cpp). The CPU row is this
+# machine's CPU build; the lavapipe and H200 lines are the ones recorded in tests/test_layout.py and issue 17.
+CUDA_LOG = ("ggml_cuda_init: found 1 CUDA devices (Total VRAM: 143156 MiB):\n"
+            "  Device 0: NVIDIA H200, compute capability 9.0, VMM: yes, VRAM: 143156 MiB\n"
+            "load_backend: loaded CUDA backend from /p/libexec/onebit/cuda/bin/libggml-cuda.so\n")
+VULKAN_LOG = ("ggml_vulkan: Found 1 Vulkan devices:\n"
+              "ggml_vulkan: 0 = llvmpipe (LLVM 15.0.6, 256 bits) (llvmpipe) | uma: 0 | fp16: 1 | bf16: 0 | fp4: 0 | "
+              "warp size: 8 | shared memory: 32768 | int dot: 0 | matrix cores: none\n")
+LIST_DEVICES = [
+    ("cpu-build-none", "Available devices:\n  (none)\n", "", ()),
+    ("lavapipe", "Available devices:\n  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (23936 MiB, 23936 MiB free)\n",
+     VULKAN_LOG, ("Vulkan0",)),
+    ("h200-cuda", "Available devices:\n  CUDA0: NVIDIA H200 (143156 MiB, 142523 MiB free)\n", CUDA_LOG, ("CUDA0",)),
+    ("h200-vulkan", "Available devices:\n  Vulkan0: NVIDIA H200 (143771 MiB, 143000 MiB free)\n", VULKAN_LOG,
+     ("Vulkan0",)),
+    ("strix-hrx-build", "Available devices:\n  HRX0: AMD gfx1151 (HRX) (65536 MiB, 60000 MiB free)\n"
+     "  Vulkan0: Radeon 8060S Graphics (RADV GFX1151) (65536 MiB, 60000 MiB free)\n", "", ("HRX0", "Vulkan0")),
+    ("log-lines-on-both-streams", LLAMA_LIST, VULKAN_LOG, ("Vulkan0", "HRX0")),
+    ("no-listing-at-all", "", "error: unknown argument: --list-devices\n", ()),
+]
+
+
+@pytest.mark.parametrize("case", LIST_DEVICES, ids=[c[0] for c in LIST_DEVICES])
+def test_the_one_list_devices_parser(case):
+    from builders.stage import parse_list_devices
+
+    _, stdout, stderr, want = case
+    assert list_devices(stdout + stderr) == want
+    assert ADAPTERS["llama-server"].parse_devices(stdout, stderr) == want  # `1bit check`'s probe
+    assert parse_list_devices(stdout + stderr) == sorted(want)  # the build's recipe-test check, sorted as before
+    # the two parsers this one replaced (onebit/adapters.py and builders/stage.py at 1fb465c) read the same
+    old_adapter = re.compile(r"^\s+([A-Za-z]+[0-9]+):\s", re.MULTILINE)
+    old_stage = re.compile(r"^\s*([A-Za-z]+[0-9]+):", re.M)
+    assert tuple(dict.fromkeys(old_adapter.findall(stdout + "\n" + stderr))) == want
+    assert sorted(set(old_stage.findall(stdout + stderr))) == sorted(want)
+
+
+def test_stage_uses_the_one_parser():
+    import builders.stage as stage
+
+    assert stage.list_devices is list_devices and not hasattr(stage, "_DEVICE_LINE")
 
 
 def test_device_parsers():
