@@ -48,7 +48,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="auto", choices=DEVICES, help="backend device (default: auto)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--allow-remote", action="store_true",
-                    help="allow a --host that is not loopback (exposes the server to the network)")
+                    help="allow listening beyond loopback: a --host that is not loopback, or a backend that always "
+                    "listens on every interface (zinc); exposes the server to the network")
     ap.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                     help="proxy mode: another Host/Origin name to answer (e.g. behind a reverse proxy)")
     ap.add_argument("--max-body", type=_size, default=None, metavar="BYTES",
@@ -134,7 +135,8 @@ def plan_from_args(argv: list[str], env=None):
         prefill_device=args.prefill_device, prefill_min_tokens=args.prefill_min_tokens,
         long_model=args.long_model, long_from=args.long_from, adaptive=args.adaptive,
         adaptive_at=args.adaptive_at, laya=bool(args.laya or args.laya_model), laya_model=args.laya_model,
-        route_policy=args.route_policy, llama_server=args.llama_server, extra=tuple(extra),
+        route_policy=args.route_policy, llama_server=args.llama_server, allow_remote=args.allow_remote,
+        extra=tuple(extra),
     )
     for host in [args.host, *_host_in_extra(extra)]:  # refuse before touching any file
         why = bind_refusal(host, args.allow_remote)
@@ -156,10 +158,11 @@ def plan_from_args(argv: list[str], env=None):
         if not flags.laya_model:
             prefix = manifest.prefix if manifest is not None else default_manifest_path(None, env).parent.parent.parent
             flags = dataclasses.replace(flags, laya_model=str(default_model_dir(prefix, env)))
-    proxied = bool(args.long_model or args.adaptive)
-    n_ports = 1 + len(ALL_CLASSES) if flags.laya else (2 if proxied else 0)
+    # loopback ports for children behind the proxy (--long-model, --adaptive, --laya, or a program that cannot take
+    # the alias); an exec'd server uses none of them
+    n_ports = 1 + len(ALL_CLASSES) if flags.laya else 2
     renv = RouteEnv(env=env, path_llama_server=shutil.which("llama-server", path=env.get("PATH")),
-                    free_ports=free_ports(n_ports) if n_ports else ())
+                    free_ports=free_ports(n_ports))
     return route(facts, flags, manifest, renv, recipes, draft=draft, long_facts=long_facts, laya_policy=policy), args
 
 

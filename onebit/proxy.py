@@ -92,6 +92,7 @@ class Upstream:
     role: str
     url: str  # http://127.0.0.1:PORT
     slots: int | None = None  # adaptive: requests it takes before the next overflows
+    drop_model: bool = False  # remove "model" from JSON bodies sent to it (a child that loads the model it names: zinc)
     inflight: int = 0
     ready: bool = False
 
@@ -201,12 +202,11 @@ class Proxy:
         keepalive_s: float = KEEPALIVE_S,
         header_timeout: float = HEADER_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
-        drop_model: bool = False,  # remove "model" from JSON bodies (a child that reads it as a model to load: zinc)
     ) -> None:
         self.laya = laya
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout
-        self.drop_model = drop_model
+        self.drop_model = any(u.drop_model for u in upstreams)
         self.upstreams = list(upstreams)
         self.by_role = {u.role: u for u in self.upstreams}
         self.policy = policy
@@ -404,6 +404,8 @@ class Proxy:
                 up, reserved = await self._pick(path, body, oversized=not complete and needs_body)
         except (TimeoutError, aiohttp.ClientError) as e:
             return _error(502, f"upstream tokenize failed: {e}")
+        if up.drop_model and isinstance(body, dict) and "model" in body:
+            raw = json.dumps({k: v for k, v in body.items() if k != "model"}).encode()
         try:
             if complete:
                 return await self._forward(request, up, target, raw, decoded)
@@ -423,11 +425,8 @@ class Proxy:
             raise _BadJson(str(e).splitlines()[0][:200]) from None
         if not isinstance(body, dict):
             raise _BadJson(f"a JSON {type(body).__name__}, not an object")
-        if "model" in body and (self.alias or self.drop_model):
-            if self.drop_model:
-                del body["model"]
-            else:
-                body["model"] = self.alias
+        if self.alias and "model" in body:
+            body["model"] = self.alias
             raw = json.dumps(body).encode()
         return body, raw
 

@@ -24,7 +24,7 @@ SHA = "0" * 40
 STRIX = ("vulkan", "hrx", "rocm", "lean-vulkan", "npu", "zinc", "ds4", "cpu")
 DEVICES = {
     "cpu": ["CPU"], "vulkan": ["Vulkan0"], "lean-vulkan": ["Vulkan0"], "hrx": ["HRX0", "Vulkan0"], "rocm": ["ROCm0"],
-    "cuda": ["CUDA0"], "npu": ["NPU0"], "zinc": ["ZINC0"], "ds4": ["ROCm0"],
+    "cuda": ["CUDA0"], "npu": ["NPU0"], "zinc": ["Vulkan0"], "ds4": ["ROCm0"],
 }
 # each backend's program (the key its adapter looks up), adapter and variant id (its libexec/onebit/<variant> subtree)
 PROGRAM = {"zinc": "zinc", "ds4": "ds4-server", "npu": "amdxdna.ko"}

@@ -49,20 +49,24 @@ def prog(m, rel):
 
 
 ZINC = "libexec/onebit/zinc/bin/zinc"
+REMOTE = {"allow_remote": True}
 DS4 = "libexec/onebit/ds4-rocm/bin/ds4-server"
 
 # (id, model, bundle, serve flags, program (prefix-relative), argv after argv[0] ("@m" = the model path), env)
 ADAPTER_TABLE = [
-    ("zinc-plain", "dense", "strix", {"device": "zinc"}, ZINC, ["-m", "@m", "-p", "8080", "-d", "0"], {}),
-    ("zinc-ctx-parallel-port", "dense", "strix", {"device": "zinc", "ctx_size": 8192, "parallel": 2, "port": 9090},
+    # zinc always listens on 0.0.0.0 (it has no --host): every zinc launch needs --allow-remote
+    ("zinc-plain", "dense", "strix", {"device": "zinc", **REMOTE}, ZINC, ["-m", "@m", "-p", "8080", "-d", "0"], {}),
+    ("zinc-ctx-parallel-port", "dense", "strix",
+     {"device": "zinc", "ctx_size": 8192, "parallel": 2, "port": 9090, **REMOTE},
      ZINC, ["-m", "@m", "-p", "9090", "-d", "0", "-c", "8192", "--parallel", "2"], {}),
-    ("zinc-pass-through", "dense", "strix", {"device": "zinc", "extra": ("--kv-quant", "3")}, ZINC,
+    ("zinc-pass-through", "dense", "strix", {"device": "zinc", "extra": ("--kv-quant", "3"), **REMOTE}, ZINC,
      ["-m", "@m", "-p", "8080", "-d", "0", "--kv-quant", "3"], {}),
-    ("zinc-old-manifest", "dense", "old", {"device": "zinc"}, "libexec/onebit/zinc/zinc",
+    ("zinc-old-manifest", "dense", "old", {"device": "zinc", **REMOTE}, "libexec/onebit/zinc/zinc",
      ["-m", "@m", "-p", "8080", "-d", "0"], {}),
     ("ds4-1bp-auto", "pkg", "strix", {}, DS4,
      ["-m", "@m", "--host", "127.0.0.1", "--port", "8080", "--backend", "rocm"], {"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}),
-    ("ds4-1bp-explicit-ctx", "pkg", "strix", {"device": "ds4", "ctx_size": 65536, "host": "0.0.0.0", "port": 8001},
+    ("ds4-1bp-explicit-ctx", "pkg", "strix",
+     {"device": "ds4", "ctx_size": 65536, "host": "0.0.0.0", "port": 8001, **REMOTE},
      DS4, ["-m", "@m", "--host", "0.0.0.0", "--port", "8001", "--backend", "rocm", "--ctx", "65536"],
      {"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}),
     ("ds4-cuda-build", "pkg", "ds4-cuda", {}, "libexec/onebit/ds4-rocm/bin/ds4-server",
@@ -91,9 +95,9 @@ def test_adapter_argv_and_env(models, bundles, case):
 
 @pytest.mark.parametrize("bundle", ["strix", "old"])
 def test_zinc_never_gets_llama_server_flags(models, bundles, bundle):
-    c = plan(models, bundles, bundle=bundle, device="zinc").children[0]
+    c = plan(models, bundles, bundle=bundle, device="zinc", allow_remote=True).children[0]
     assert c.adapter == "zinc"
-    for foreign in ("--host", "--jinja", "-ngl", "--device", "ZINC0", "ZINC1", "--port"):
+    for foreign in ("--host", "--jinja", "-ngl", "--device", "Vulkan0", "--port"):
         assert foreign not in c.argv
     assert c.notes == ("zinc has no --host option: it listens on 0.0.0.0:8080, not only on 127.0.0.1",)
 
@@ -101,7 +105,7 @@ def test_zinc_never_gets_llama_server_flags(models, bundles, bundle):
 def test_adapter_ignores_llama_server_overrides(models, bundles):
     """--llama-server and $ONEBIT_LLAMA_SERVER name llama-servers: zinc and ds4 still run their own programs."""
     env = {"ONEBIT_LLAMA_SERVER": "/x/llama-server", "ONEBIT_LLAMA_SERVER_ZINC": "/x/zinc-llama"}
-    c = plan(models, bundles, device="zinc", llama_server="/y/llama-server", env=env).children[0]
+    c = plan(models, bundles, device="zinc", llama_server="/y/llama-server", env=env, allow_remote=True).children[0]
     assert c.binary == prog(bundles["strix"], ZINC)
     c = plan(models, bundles, model="pkg", llama_server="/y/llama-server", env=env).children[0]
     assert c.binary == prog(bundles["strix"], DS4)
@@ -114,8 +118,8 @@ ADAPTER_REFUSALS = [
     ("npu-old-manifest", "dense", "old", {"device": "npu"}, "no-program", "lists no npu-server program"),
     ("zinc-dflash", "dense", "strix", {"device": "zinc", "dflash": "d.gguf"}, "adapter-option",
      "--dflash: zinc (the zinc backend) has no such option"),
-    ("zinc-flash-attn-alias", "dense", "strix", {"device": "zinc", "flash_attn": "on", "alias": "a"}, "adapter-option",
-     "--flash-attn, --alias: zinc (the zinc backend) has no such option; drop them"),
+    ("zinc-flash-attn-dflash", "dense", "strix", {"device": "zinc", "flash_attn": "on", "dflash": "d.gguf"},
+     "adapter-option", "--flash-attn, --dflash: zinc (the zinc backend) has no such option; drop them"),
     ("zinc-mmproj", "dense", "strix", {"device": "zinc", "mmproj": "mm.gguf"}, "adapter-option", "--mmproj"),
     ("zinc-moe-slots", "moe", "strix", {"device": "zinc", "moe_slots": 2}, "adapter-option", "--moe-slots"),
     ("zinc-long-model", "dense", "strix", {"device": "zinc", "long_model": "x.gguf"}, "adapter-option",
@@ -209,7 +213,7 @@ def test_stage_uses_the_one_parser():
 def test_device_parsers():
     assert _llama_devices(LLAMA_LIST, "") == ("Vulkan0", "HRX0")
     assert _llama_devices("Available devices:\n", "") == ()
-    assert _zinc_devices("", ZINC_PIN) == ("ZINC0", "ZINC1")
+    assert _zinc_devices("", ZINC_PIN) == ("Vulkan0", "Vulkan1")  # zinc's -d is the Vulkan index
     assert ADAPTERS["llama-server"].probe("/p/llama-server") == ["/p/llama-server", "--list-devices"]
     assert ADAPTERS["zinc"].probe("/p/zinc") == ["/p/zinc", "--check"]
     assert ADAPTERS["ds4"].parse_devices is None and not ADAPTERS["npu"].proven
@@ -229,9 +233,13 @@ def test_serve_execs_zinc_with_its_own_argv(models, tmp_path):
     rec = tmp_path / "rec"
     rec.mkdir()
     env = {**os.environ, "ONEBIT_STUB_RECORD": str(rec), "PYTHONPATH": str(SRC)}
-    r = subprocess.run([sys.executable, "-m", "onebit.cli", "serve", "-m", str(models["dense"]), "--device", "zinc",
-                        "--port", "8123", "-c", "2048", "--manifest", str(manifest)],
-                       env=env, capture_output=True, text=True, timeout=60, check=False)
+    serve = [sys.executable, "-m", "onebit.cli", "serve", "-m", str(models["dense"]), "--device", "zinc",
+             "--port", "8123", "-c", "2048", "--manifest", str(manifest)]
+    r = subprocess.run(serve, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 3 and list(rec.iterdir()) == []  # zinc listens on every interface: refused, nothing ran
+    assert r.stderr == ("1bit serve: refused: --device zinc: zinc has no --host option and listens on 0.0.0.0:8123 "
+                        "(every interface, no authentication); add --allow-remote to run it anyway\n")
+    r = subprocess.run(serve + ["--allow-remote"], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "1bit serve: zinc: zinc has no --host option: it listens on 0.0.0.0:8123, not only on 127.0.0.1\n"
     got = json.loads((rec / "8123.json").read_text())

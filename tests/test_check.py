@@ -16,7 +16,7 @@ from onebit.manifest import load_manifest
 
 SRC = Path(__file__).resolve().parent.parent
 SEES = {"cpu": "", "vulkan": "Vulkan0", "lean-vulkan": "Vulkan0", "hrx": "HRX0,Vulkan0", "rocm": "ROCm0",
-        "cuda": "CUDA0", "zinc": "ZINC0", "ds4": ""}
+        "cuda": "CUDA0", "zinc": "Vulkan0", "ds4": ""}
 
 
 def stub_bundle(prefix: Path, backends=STRIX, sees=None, missing=(), **kw) -> Path:
@@ -57,7 +57,7 @@ def test_strix_bundle_table(tmp_path):
                 "--device npu refused: no npu-server in this backend", False),
         "rocm": ("libexec/onebit/lean-rocm/bin/llama-server", ("ROCm0",), "ROCm0", "ok: rocm", True),
         "vulkan": ("libexec/onebit/vulkan/bin/llama-server", ("Vulkan0",), "Vulkan0", "ok: vulkan", True),
-        "zinc": ("libexec/onebit/zinc/bin/zinc", ("ZINC0",), "ZINC0", "ok: zinc", True),
+        "zinc": ("libexec/onebit/zinc/bin/zinc", ("Vulkan0",), "Vulkan0", "ok: zinc", True),
     }
 
 
@@ -66,7 +66,7 @@ FAILURES = [
     ("hrx-without-vulkan0", ["hrx", "vulkan"], {"hrx": "HRX0"}, (), "hrx", "HRX0 — FAIL: missing Vulkan0"),
     ("vulkan-sees-nothing", ["vulkan", "cpu"], {"vulkan": ""}, (), "vulkan", "none — FAIL: missing Vulkan0"),
     ("program-missing", ["vulkan", "cpu"], {}, ("vulkan",), "vulkan", "FAIL: {prefix}/libexec/onebit/vulkan/bin/llama-server is missing"),
-    ("zinc-sees-no-gpu", ["zinc"], {"zinc": ""}, (), "zinc", "none — FAIL: missing ZINC0"),
+    ("zinc-sees-no-gpu", ["zinc"], {"zinc": ""}, (), "zinc", "none — FAIL: missing Vulkan0"),
 ]
 
 

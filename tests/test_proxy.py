@@ -399,3 +399,33 @@ def test_a_keepalive_client_is_not_cut_by_the_header_timeout_while_it_is_served(
             writer.close()
 
     assert asyncio.run(_with_recording_proxy(body, header_timeout=1.0)) == [200, 200, 200]
+
+
+def test_a_child_that_loads_the_model_a_request_names_never_sees_model():
+    """zinc reads a request's "model" as a managed model to load: behind the proxy (alias) it gets none."""
+    async def main():
+        seen: list = []
+        runner, url = await _recording_upstream(seen)
+        proxy = Proxy([Upstream("main", url, drop_model=True)], alias="Qwen3-0.6B-GGUF", health_interval=0.02)
+        stop = asyncio.Event()
+        port = free_port()
+        task = asyncio.create_task(serve_forever(proxy, "127.0.0.1", port, stop))
+        try:
+            for _ in range(250):
+                try:
+                    if (await _raw_exchange(port, _request("/health", b"", method="GET"), timeout=1))[0] == 200:
+                        break
+                except OSError:
+                    pass
+                await asyncio.sleep(0.02)
+            body = json.dumps({"model": "Qwen3-0.6B-GGUF", "messages": [{"role": "user", "content": "hi"}]}).encode()
+            status, headers, _ = await _raw_exchange(port, _request("/v1/chat/completions", body))
+            return status, headers.get("x-1bit-route"), seen
+        finally:
+            stop.set()
+            await task
+            await runner.cleanup()
+
+    status, route, seen = asyncio.run(main())
+    assert (status, route) == (200, "main")
+    assert json.loads(seen[0]["body"]) == {"messages": [{"role": "user", "content": "hi"}]}
