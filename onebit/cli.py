@@ -232,6 +232,9 @@ def check_main(argv: list[str]) -> int:
     manifest = load_manifest(default_manifest_path(args.manifest))
     rows = check(manifest)
     render(manifest, rows)
+    unproven = [r.backend for r in rows if r.ok and r.unproven]
+    if unproven:  # not a failure: nothing can prove (or disprove) these devices; the table's column says why
+        print(f"1bit check: {len(unproven)} backend(s) unproven: {', '.join(unproven)}")
     bad = [r.backend for r in rows if not r.ok]
     if bad:
         print(f"1bit check: {len(bad)} backend(s) failed: {', '.join(bad)}", file=sys.stderr)
