@@ -26,7 +26,7 @@ commands:
   serve     serve a model with the bundle's llama-server (1bit serve -h)
   route     ask the Laya router which device a request goes to (1bit route -h)
   check     check the installed bundle: route self-tests and a device probe of every backend
-  version   print the bundle and onebit versions
+  version   print `1bit <version>` (--verbose: the bundle, its backends and onebit)
 """
 
 
@@ -242,32 +242,45 @@ def check_main(argv: list[str]) -> int:
     return 0
 
 
-def _package_version() -> str:
+def package_version(manifest=None) -> str:
+    """The version of this onebit package. Inside a bundle it is the bundle's serve package, installed as plain
+    files under <prefix>/lib/onebit/python (no dist-info), built at the bundle's version: the manifest's. From a
+    checkout, the installed onebit-build distribution's."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    if manifest is not None and here.is_relative_to(manifest.prefix.resolve()):
+        return manifest.version
     try:
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
         return version("onebit-build")
-    except Exception:  # noqa: BLE001
-        return "unknown"
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def version_main(argv: list[str]) -> int:
-    ap = _Parser(prog="1bit version", allow_abbrev=False)
-    ap.add_argument("--manifest")
+    """`1bit version`: ONE line, `1bit <version>` (the engine's Lemonade backend reads the version as the text after
+    the first space of all of the output). --verbose adds the bundle, its backends and the onebit package."""
+    ap = _Parser(prog="1bit version", allow_abbrev=False,
+                 description="Print `1bit <version>`: the installed bundle's (or this package's, without one).")
+    ap.add_argument("--manifest", help=f"bundle manifest (default: the install's; ${MANIFEST_ENV})")
+    ap.add_argument("-v", "--verbose", action="store_true", help="also the bundle, its backends and onebit's version")
     args = ap.parse_args(argv)
     path = default_manifest_path(args.manifest)
     try:
         m = load_manifest(path)
     except ManifestError as e:
-        print(f"onebit {_package_version()}")
-        print(f"1bit version: {e}", file=sys.stderr)
-        return 1
-    # Lemonade's onebit backend reads the text after the first space of this first line: `1bit <version>`
+        print(f"1bit {package_version()}")
+        if args.verbose:
+            print(f"bundle: none ({e})")
+        return 0
     print(f"1bit {m.version}")
-    print(f"bundle {m.bundle} {m.version} (build {m.build_number}, {m.platform})")
-    for name, b in sorted(m.backends.items()):
-        print(f"  {name} {b.version} {b.commit[:12]}")
-    print(f"onebit {_package_version()}")
+    if args.verbose:
+        print(f"bundle {m.bundle} {m.version} (build {m.build_number}, {m.platform}) at {m.prefix}")
+        for name, b in sorted(m.backends.items()):
+            print(f"  {name} {b.version} {b.commit[:12]}")
+        print(f"onebit {package_version(m)}")
     return 0
 
 

@@ -198,14 +198,54 @@ def test_manifest_env_override(bundle, models, tmp_path):
     assert json.loads(r.stdout)["children"][0]["backend"] == "vulkan"
 
 
-def test_version(bundle):
+def test_version_is_one_line(bundle):
+    """Lemonade's onebit backend (onebit_server.cpp resolve_version) runs `1bit version 2>/dev/null` and takes the text
+    after the first space of ALL of stdout as the version: exactly one line, `1bit <version>`."""
     prefix, rec = bundle
     r = onebit(prefix, "version", env=env_for(rec))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "1bit 1.2.3\n", "")
+    out = r.stdout
+    assert out[out.find(" ") + 1:].rstrip("\n") == "1.2.3"  # what Lemonade reads
+
+
+def test_version_verbose(bundle):
+    prefix, rec = bundle
+    r = onebit(prefix, "version", "--verbose", env=env_for(rec))
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()
-    assert out[0] == "1bit 1.2.3"  # Lemonade's onebit backend: the version is the text after the first space
-    assert out[1] == "bundle test 1.2.3 (build 4, linux-64)"
-    assert out[-1].startswith("onebit ") and out[-1] != "onebit unknown"
+    assert out[0] == "1bit 1.2.3"
+    assert out[1] == f"bundle test 1.2.3 (build 4, linux-64) at {prefix.resolve()}"
+    assert out[2].startswith("  cpu 0.0.1 000000000000")
+    assert out[-1].startswith("onebit ") and "unknown" not in out[-1]
+
+
+def test_version_inside_a_bundle_is_the_bundles(tmp_path):
+    """In a bundle the onebit package is plain files under <prefix>/lib/onebit/python (no dist-info): its version is
+    the bundle's, from the manifest, never `unknown` and never a checkout's."""
+    import shutil
+
+    prefix = tmp_path / "prefix"
+    write_manifest(prefix, ["cpu"], version="2026.49")
+    site = prefix / "lib" / "onebit" / "python"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "onebit", site / "onebit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    launcher = prefix / "bin" / "1bit"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                        "sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))),"
+                        " 'lib', 'onebit', 'python'))\nfrom onebit.cli import main\nsys.exit(main())\n")
+    launcher.chmod(0o755)
+    env = env_for(tmp_path)
+    r = onebit(prefix, "version", env=env)
+    assert (r.returncode, r.stdout) == (0, "1bit 2026.49\n")
+    r = onebit(prefix, "version", "--verbose", env=env)
+    assert r.stdout.splitlines()[-1] == "onebit 2026.49", r.stdout
+
+
+def test_version_without_a_bundle(tmp_path):
+    r = subprocess.run(ONEBIT + ["version", "--manifest", str(tmp_path / "none.json")], capture_output=True, text=True)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1 and r.stdout.startswith("1bit ")
+    assert "unknown" not in r.stdout
 
 
 def test_proxied_long_model_with_stubs(bundle, models):
