@@ -220,6 +220,7 @@ class Proxy:
         self.keepalive_s = keepalive_s
         machine = () if is_loopback_name(public_host or "0.0.0.0") else _machine_names()
         self.allowed_names = static_allowed_names(public_host, machine, allowed_hosts)
+        self._allowed_cache: dict[tuple, bool] = {}
         self.session: aiohttp.ClientSession | None = None  # pooled keep-alive connections
         self.fresh: aiohttp.ClientSession | None = None  # one new connection per request (retries, big bodies)
         self._health_task: asyncio.Task | None = None
@@ -272,20 +273,25 @@ class Proxy:
             if not self.ready:
                 await asyncio.sleep(self.health_interval)
 
-    def _names_for(self, request: web.Request) -> frozenset[str]:
-        """The allowed names plus the local address this connection arrived on (see onebit/hosts.py)."""
+    def _allowed(self, request: web.Request) -> bool:
+        """Host and Origin allowed: the allowed names plus the local address this connection arrived on (see
+        onebit/hosts.py). The answer for a (Host, Origin, local address) is remembered: they repeat on every request."""
         transport = request.transport
         sock = transport.get_extra_info("sockname") if transport is not None else None
-        if isinstance(sock, tuple) and sock and isinstance(sock[0], str):
-            return self.allowed_names | {normalize_name(sock[0])}
-        return self.allowed_names
+        local = sock[0] if isinstance(sock, tuple) and sock and isinstance(sock[0], str) else None
+        key = (request.headers.get("Host"), request.headers.get("Origin"), local)
+        ok = self._allowed_cache.get(key)
+        if ok is None:
+            names = self.allowed_names | {normalize_name(local)} if local is not None else self.allowed_names
+            ok = host_allowed(key[0], names) and origin_allowed(key[1], names)
+            if len(self._allowed_cache) >= 1024:  # bounded: hostile clients can send any number of names
+                self._allowed_cache.clear()
+            self._allowed_cache[key] = ok
+        return ok
 
     @web.middleware
     async def _guard(self, request: web.Request, handler):
-        names = self._names_for(request)
-        if not host_allowed(request.headers.get("Host"), names) or not origin_allowed(
-            request.headers.get("Origin"), names
-        ):
+        if not self._allowed(request):
             resp = web.json_response({"error": {"code": 403, "message": "forbidden: Host or Origin not allowed "
                                                 "(see --allowed-host)"}}, status=403)
         else:
@@ -356,7 +362,8 @@ class Proxy:
 
     async def _relay(self, request: web.Request) -> web.StreamResponse:
         rel = request.rel_url
-        path = canonical_path(rel.raw_path)
+        raw_path = rel.raw_path
+        path = canonical_path(raw_path)
         if path is None:
             return _error(400, "bad request path: it does not decode to UTF-8 text without control characters")
         if not self._relayable(path):
@@ -367,7 +374,8 @@ class Proxy:
         if declared is not None and declared > self.max_body:
             return self._too_large(f"of {declared} bytes")
         qs = rel.raw_query_string
-        target = encoded_path(path) + ("?" + qs if qs else "")
+        # a path canonical_path left as it was has nothing to decode: it is already its own encoding
+        target = (path if path is raw_path else encoded_path(path)) + ("?" + qs if qs else "")
         decoded = request.body_exists and _decoded(request)
         # a body in an encoding aiohttp left alone is opaque: it goes out as it came, unread and unrewritten
         opaque = not decoded and request.headers.get("Content-Encoding", "identity").strip().lower() != "identity"
