@@ -270,3 +270,38 @@ def free_port_for_test() -> int:
     from serve_fixtures import free_port
 
     return free_port()
+
+
+def test_serve_runs_zinc_behind_the_proxy_under_an_alias(models, tmp_path):
+    """`1bit serve --device zinc --alias NAME --allow-remote` (Lemonade's form, with its onebit_args): the proxy
+    answers /health and chat under the alias on the public port; zinc (the recording stub) gets no "model"."""
+    import requests
+    from serve_fixtures import free_port, wait_http
+
+    prefix = tmp_path / "prefix"
+    p = prefix / "libexec/onebit/zinc/bin/zinc"
+    p.parent.mkdir(parents=True)
+    p.write_text(f"#!{sys.executable}\n" + STUB.read_text())
+    p.chmod(0o755)
+    manifest = write_manifest(prefix, ["zinc"], layout="per-backend")
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    port = free_port()
+    env = {**os.environ, "ONEBIT_STUB_RECORD": str(rec), "ONEBIT_STUB_SERVE": "1", "PYTHONPATH": str(SRC)}
+    serve = subprocess.Popen([sys.executable, "-m", "onebit.cli", "serve", "-m", str(models["dense"]), "--device",
+                              "zinc", "--port", str(port), "--alias", "Qwen3-0.6B-GGUF", "--allow-remote",
+                              "--manifest", str(manifest)], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", timeout=30)
+        r = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                          json={"model": "Qwen3-0.6B-GGUF", "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200 and r.headers["X-1bit-Route"] == "main"
+        assert r.json()["received"] == {"messages": [{"role": "user", "content": "hi"}]}  # no "model" reached zinc
+        (child,) = [json.loads(f.read_text()) for f in rec.glob("*.json")]
+        zinc_port = child["argv"][child["argv"].index("-p") + 1]
+        assert child["argv"][1:] == ["-m", str(models["dense"]), "-p", zinc_port, "-d", "0"]
+        assert int(zinc_port) != port and r.json()["port"] == int(zinc_port)
+    finally:
+        serve.terminate()
+        _, err = serve.communicate(timeout=20)
+    assert "zinc has no --host option" in err
