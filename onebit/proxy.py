@@ -3,7 +3,8 @@
 - /health answers 503 until every child answered its own /health with 200, then 200.
 - /v1/*, /tokenize, /detokenize, /slots, /props, /metrics (and llama-server's native /completion, /embedding,
   /rerank, /infill, /apply-template) are relayed; SSE is streamed chunk by chunk, never buffered.
-- A JSON body's "model" is rewritten to the alias the children serve under.
+- A JSON body's "model" is rewritten to the alias the children serve under; a child that reads "model" as a model to
+  load (zinc: Upstream.drop_model) gets the body without it (a body over inspect_limit, streamed, goes as sent).
 - A Host or Origin the proxy does not answer to gets 403 (DNS-rebinding / browser cross-origin guard); which names
   it answers to is defined in onebit/hosts.py.
 - ONE canonical path: the request's path is percent-decoded once and its dot segments and empty segments removed
@@ -424,7 +425,7 @@ class Proxy:
                     up.inflight -= 1
 
     def _json_body(self, raw: bytes) -> tuple[dict, bytes]:
-        """(the body as a dict, the bytes to send): "model" rewritten to the alias, or dropped. Raises _BadJson."""
+        """(the body as a dict, the bytes to send, "model" rewritten to the alias). Raises _BadJson."""
         try:
             body = json.loads(raw)
         except RecursionError:
