@@ -13,12 +13,15 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from onebit.adapters import list_devices
+
 from . import elf
 from .elf import is_elf
 from .errors import StageError
 from .plan_types import StageData
 from .repro import builder_python_env, drop_bytecode, scan_tree
 from .swap import replace_dir
+
 
 def kept(rel: str, keep: Sequence[str]) -> bool:
     return not keep or any(fnmatch.fnmatch(rel, pattern) for pattern in keep)
@@ -176,12 +179,10 @@ def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) 
         log(f"[green]ok[/] test '{test.name}' of {data.variant}")
 
 
-_DEVICE_LINE = re.compile(r"^\s*([A-Za-z]+[0-9]+):", re.M)
-
-
 def parse_list_devices(output: str) -> list[str]:
-    """Pure: the device names `llama-server --list-devices` prints (`  Vulkan0: llvmpipe (...)`)."""
-    return sorted(set(_DEVICE_LINE.findall(output)))
+    """Pure: the device names `llama-server --list-devices` prints (`  Vulkan0: llvmpipe (...)`), sorted; read by
+    the one parser of that listing, onebit.adapters.list_devices."""
+    return sorted(list_devices(output))
 
 
 def needed_devices(needs: str, data: StageData) -> set[str]:

@@ -38,6 +38,7 @@ class Command:
     argv_tail: tuple[str, ...]  # everything after argv[0]
     env: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # things the user must know about this launch (printed by serve, kept in --dry-run)
+    bind: str | None = None  # the address the program listens on when that is not the decision's host
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class Adapter:
     parse_devices: Callable[[str, str], tuple[str, ...]] | None  # (stdout, stderr) -> device names it sees
     cites: str  # where its command line comes from
     proven: bool = True  # False: no stored source shows the program's parser; the command line is a placeholder
+    embeddings: bool = False  # serves embedding / reranking models (llama-server's --embedding, --reranking)
+    # --alias without an alias option: the proxy serves the alias in front, and drops "model" from what it forwards
+    alias_by_proxy: bool = False
+    drops_model: bool = False  # the program reads a request's "model" as a model to load: the proxy removes it
 
 
 class AdapterError(ValueError):
@@ -58,15 +63,26 @@ class AdapterError(ValueError):
 
 
 # --- llama-server ----------------------------------------------------------------------------------------------------
-# llama.cpp at its pin, common/arg.cpp common_print_available_devices() (`--list-devices`): "Available devices:", then
-# "  <name>: <description> (<total> MiB, <free> MiB free)" per device that is not the CPU, or "  (none)".
+# llama.cpp at its pin, common/arg.cpp common_print_available_devices() (`--list-devices`): printf "Available
+# devices:\n", then "  <name>: <description> (<total> MiB, <free> MiB free)\n" for every device that is not the CPU,
+# or "  (none)\n". This is the ONE parser of that listing: builders/stage.py (the recipe tests' device check) uses it.
 
-_LIST_DEVICES_LINE = re.compile(r"^\s+([A-Za-z]+[0-9]+):\s", re.MULTILINE)
+_DEVICES_HEADER = re.compile(r"^Available devices:\s*$", re.MULTILINE)
+_DEVICE_ENTRY = re.compile(r"^\s+([A-Za-z]+[0-9]+):\s", re.MULTILINE)
+
+
+def list_devices(output: str) -> tuple[str, ...]:
+    """The device names of a `llama-server --list-devices` output, in its order, each once: the indented
+    `<name><index>: ...` entries after its `Available devices:` line. Log lines (ggml_vulkan: ..., load_backend: ...)
+    never count, wherever they are: they are not indented entries, or they come before that line."""
+    m = _DEVICES_HEADER.search(output)
+    if m is None:
+        return ()
+    return tuple(dict.fromkeys(e.group(1) for e in _DEVICE_ENTRY.finditer(output, m.end())))
 
 
 def _llama_devices(stdout: str, stderr: str) -> tuple[str, ...]:
-    seen = [m.group(1) for m in _LIST_DEVICES_LINE.finditer(stdout + "\n" + stderr)]
-    return tuple(dict.fromkeys(seen))
+    return list_devices(stdout + "\n" + stderr)
 
 
 LLAMA_SERVER = Adapter(
@@ -78,17 +94,22 @@ LLAMA_SERVER = Adapter(
     probe=lambda binary: [binary, "--list-devices"],
     parse_devices=_llama_devices,
     cites="ggml-org/llama.cpp common/arg.cpp at the llama.cpp pin (and the forks built from it)",
+    embeddings=True,
 )
 
 
 # --- zinc -----------------------------------------------------------------------------------------------------------
-# zolotukhin/zinc at the zinc pin (b31bfeb, "Initial commit: ZINC inference engine scaffold"), src/main.zig usage:
+# zolotukhin/zinc at the zinc pin (25368165), src/main.zig usage and parseArgs:
 #   -m, --model <path>   -p, --port <port>   -d, --device <id> (Vulkan device INDEX)   -c, --context <size>
 #   --parallel <n>
-# The same five options are what parseArgs() in later commits of src/main.zig accepts. zinc has no --host (it
-# listens on 0.0.0.0, src/main.zig "Server listening on 0.0.0.0"), no --jinja, no -ngl and no device names.
-# The pin's main() prints its usage and enumerates Vulkan devices ("GPU <i>: <name> | VRAM ..." from
-# src/vulkan.zig) whatever its arguments, and later commits' `--check` prints the Vulkan probe too.
+# zinc has no --host: src/server/http.zig Server.init binds Address.initIp4(.{0, 0, 0, 0}, port), every interface,
+# so route refuses it without --allow-remote. It has no --jinja, no -ngl, no device names, no alias and no embedding
+# endpoint (src/server/routes.zig serves /health, /v1/models, /v1/chat/completions, /v1/completions and model
+# management). It reads a request's "model" as a managed model id to activate (routes.zig
+# ensureRequestedModelActive: 404 "Unknown model id" for a name it does not know), so --alias runs zinc behind the
+# proxy, which answers under the alias and drops "model" before zinc.
+# `zinc --check` enumerates the Vulkan devices ("GPU <i>: <name> | VRAM ..."); <i> is the Vulkan index, the device
+# the manifest lists as Vulkan<i> (recipes/zinc.yaml provides devices [Vulkan0]).
 
 _ZINC_GPU = re.compile(r"GPU (\d+):")
 
@@ -105,21 +126,23 @@ def _zinc(d: Decision) -> Command:
     if d.parallel is not None:
         argv += ["--parallel", str(d.parallel)]
     notes = (f"zinc has no --host option: it listens on 0.0.0.0:{d.port}, not only on {d.host}",)
-    return Command(argv_tail=(*argv, *d.extra), env={}, notes=notes)
+    return Command(argv_tail=(*argv, *d.extra), env={}, notes=notes, bind="0.0.0.0")
 
 
 def _zinc_devices(stdout: str, stderr: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(f"ZINC{m.group(1)}" for m in _ZINC_GPU.finditer(stdout + "\n" + stderr)))
+    return tuple(dict.fromkeys(f"Vulkan{m.group(1)}" for m in _ZINC_GPU.finditer(stdout + "\n" + stderr)))
 
 
 ZINC = Adapter(
     name="zinc",
     program="zinc",
-    supports=frozenset({"ctx_size", "parallel"}),
+    supports=frozenset({"ctx_size", "parallel", "alias"}),
     build=_zinc,
     probe=lambda binary: [binary, "--check"],
     parse_devices=_zinc_devices,
-    cites="zolotukhin/zinc src/main.zig (usage at the pin; parseArgs in later commits)",
+    cites="zolotukhin/zinc src/main.zig, src/server/http.zig and src/server/routes.zig at the zinc pin",
+    alias_by_proxy=True,
+    drops_model=True,
 )
 
 

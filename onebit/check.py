@@ -5,9 +5,17 @@ For every backend of the installed manifest:
     on the backend's own program (the one its adapter names, inside its own subtree), with a command line its adapter
     owns; 1BP packages must go to ds4 and --prefill-device hrx to the hrx build;
   - device probe: the backend's program is asked which devices it sees, through its adapter
-    (`llama-server --list-devices` for the llama.cpp builds);
-then ONE table: backend, binary, devices claimed, devices seen, route self-test. The exit status is 1 when a backend
-cannot see a device it claims (or its program cannot run), or when a self-test fails.
+    (`llama-server --list-devices` for the llama.cpp builds, `zinc --check`);
+then ONE table: backend, binary, devices claimed, devices seen, unproven, route self-test.
+
+Three outcomes per backend, kept apart:
+  - proven: its program ran and saw every device it claims (a program that ran has the CPU);
+  - unproven (its own column, does NOT fail the check): nothing can say which device the backend uses. ds4-server
+    has no device listing at its pins (antirez/ds4 ds4_server.c: only -h/--help prints and exits; the device is
+    opened by ds4_engine_open after a model is loaded, ds4.c), so it is run with --help to prove it runs, and a GPU it
+    claims stays unproven; the npu backend ships the driver and XRT's plugin, not a program that serves a model;
+  - failed (exit status 1): a claimed device that its program does not see, a program that is missing, not
+    executable or cannot run, or a route self-test that fails.
 """
 
 from __future__ import annotations
@@ -30,8 +38,10 @@ SELF_TEST_1BP = "/nonexistent/onebit-self-test/model.1bp"
 
 @dataclass(frozen=True)
 class Probe:
-    seen: tuple[str, ...] | None  # None: the adapter has no way to list devices
+    seen: tuple[str, ...] | None  # None: the program cannot list devices (it ran, or there is nothing to run)
     error: str | None = None  # the program could not be asked (missing, not executable, failed)
+    ran: bool = False  # the program ran (so it has the CPU)
+    why_unproven: str = ""  # why nothing can say which device it uses
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,7 @@ class Row:
     seen: str
     self_test: str
     ok: bool
+    unproven: str = ""  # claimed devices nothing could prove, and why ("" when all are proven or failed)
 
 
 # --- route self-tests (pure) -----------------------------------------------------------------------------------------
@@ -92,14 +103,15 @@ def self_test(manifest: Manifest, backend: str) -> tuple[bool, str]:
     tried = []
     for dev in _routes_to(manifest, backend):
         facts = onebp if dev == "ds4" else gguf
-        plan = route(facts, ServeFlags(model=facts.path, device=dev), manifest, renv)
+        # allow_remote: this checks which program runs, not where it listens (zinc always listens on 0.0.0.0)
+        plan = route(facts, ServeFlags(model=facts.path, device=dev, allow_remote=True), manifest, renv)
         if adapter.program not in b.binaries and isinstance(plan, Refusal) and plan.rule == "no-program":
             return True, f"--device {dev} refused: no {adapter.program} in this backend"
         wrong = _expect(manifest, backend, plan, f"--device {dev}")
         if wrong:
             return False, wrong
         tried.append(dev)
-    if backend == "ds4":
+    if adapter.name == "ds4" and "ds4" in tried:
         wrong = _expect(manifest, backend, route(onebp, ServeFlags(model=onebp.path), manifest, renv), "a 1BP package")
         if wrong:
             return False, wrong
@@ -125,13 +137,16 @@ def probe(manifest: Manifest, backend: str, run: Runner = subprocess.run, env: M
     adapter = ADAPTERS[b.adapter]
     path = b.binary(manifest.prefix, adapter.program)
     if path is None:
+        if not adapter.proven:  # by design nothing to run yet (the npu backend ships the driver): not a failure
+            ships = ", ".join(sorted(b.binaries)) or "nothing"
+            return Probe(seen=None, why_unproven=f"no {adapter.program} to ask (the backend ships {ships})")
         return Probe(seen=None, error=f"no {adapter.program} in the manifest")
     if not path.is_file():
         return Probe(seen=None, error=f"{path} is missing")
     if not os.access(path, os.X_OK):
         return Probe(seen=None, error=f"{path} is not executable")
     if adapter.probe is None:
-        return Probe(seen=None)
+        return Probe(seen=None, why_unproven=f"{adapter.program} has no way to run a probe")
     full_env = dict(os.environ if env is None else env)
     for k, v in b.env.items():
         full_env.setdefault(k, v)
@@ -146,7 +161,9 @@ def probe(manifest: Manifest, backend: str, run: Runner = subprocess.run, env: M
     if r.returncode != 0 and not seen:
         last = ((r.stderr or r.stdout or "").strip().splitlines() or [""])[-1]
         return Probe(seen=None, error=f"{path.name} exited {r.returncode}: {last[:120]}")
-    return Probe(seen=seen)
+    if seen is None:
+        return Probe(seen=None, ran=True, why_unproven=f"{adapter.program} cannot say which device it uses")
+    return Probe(seen=seen, ran=True)
 
 
 def row(manifest: Manifest, backend: str, p: Probe, test: tuple[bool, str]) -> Row:
@@ -154,21 +171,23 @@ def row(manifest: Manifest, backend: str, p: Probe, test: tuple[bool, str]) -> R
     adapter = ADAPTERS[b.adapter]
     rel = b.binaries.get(adapter.program, f"(no {adapter.program})")
     claimed = tuple(b.devices)
-    ok = test[0]
+    ok, unproven = test[0], ""
+    # llama-server never lists the CPU (common_print_available_devices skips it): a program that ran has it
+    seen = (*(p.seen or ()), *(["CPU"] if p.ran and "CPU" in claimed else []))
     if p.error:
-        seen, ok = f"FAIL: {p.error}", False
+        cell, ok = f"FAIL: {p.error}", False
     elif p.seen is None:
-        seen = "no probe (" + ("unproven adapter" if not adapter.proven else f"{adapter.program} lists no devices") + ")"
+        open_ = [d for d in claimed if d not in seen]
+        cell = ", ".join(seen) or "none"
+        if open_:
+            unproven = f"{', '.join(open_)}: {p.why_unproven}"
     else:
-        # llama-server never lists the CPU (common_print_available_devices skips it): a program that ran has it
-        missing = [d for d in claimed if d != "CPU" and d not in p.seen]
-        shown = ", ".join([*p.seen, *(["CPU"] if "CPU" in claimed else [])]) or "none"
+        missing = [d for d in claimed if d not in seen]
+        cell = ", ".join(seen) or "none"
         if missing:
-            seen, ok = f"{shown} — FAIL: missing {', '.join(missing)}", False
-        else:
-            seen = shown
-    return Row(backend=backend, binary=rel, claimed=claimed, seen=seen,
-               self_test=("" if test[0] else "FAIL: ") + test[1], ok=ok)
+            cell, ok = f"{cell} — FAIL: missing {', '.join(missing)}", False
+    return Row(backend=backend, binary=rel, claimed=claimed, seen=cell,
+               self_test=("" if test[0] else "FAIL: ") + test[1], ok=ok, unproven=unproven)
 
 
 def check(manifest: Manifest, run: Runner = subprocess.run, env: Mapping[str, str] | None = None) -> list[Row]:
@@ -176,11 +195,11 @@ def check(manifest: Manifest, run: Runner = subprocess.run, env: Mapping[str, st
             for name in sorted(manifest.backends)]
 
 
-COLUMNS = ("backend", "binary", "devices claimed", "devices seen", "route self-test")
+COLUMNS = ("backend", "binary", "devices claimed", "devices seen", "unproven", "route self-test")
 
 
 def _cells(r: Row) -> tuple[str, ...]:
-    return (r.backend, r.binary, ", ".join(r.claimed), r.seen, r.self_test)
+    return (r.backend, r.binary, ", ".join(r.claimed), r.seen, r.unproven, r.self_test)
 
 
 def render_plain(manifest: Manifest, rows: list[Row], file=None) -> None:
@@ -209,6 +228,6 @@ def render(manifest: Manifest, rows: list[Row], file=None) -> None:
     for col in COLUMNS:
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row(*_cells(r), style=None if r.ok else "bold red")
+        t.add_row(*_cells(r), style="bold red" if not r.ok else ("yellow" if r.unproven else None))
     console = Console(file=file, width=None if file is None else 200, soft_wrap=False)
     console.print(t)

@@ -13,10 +13,10 @@ import sys
 from .errors import ManifestError, ServeError
 from .hosts import bind_refusal
 from .inspect import inspect_model
-from .laya import ALL_CLASSES, default_model_dir, load_policy
+from .laya import ALL_CLASSES, CHECKPOINT_RELPATH, LAYA_MODEL_ENV, default_model_dir, load_policy
 from .manifest import MANIFEST_ENV, default_manifest_path, load_manifest
 from .recipes import default_recipes_path, load_recipes
-from .route import DEVICES, Refusal, RouteEnv, ServeFlags, laya_refusal, route
+from .route import DEVICES, Capabilities, Refusal, RouteEnv, ServeFlags, capabilities, laya_refusal, route
 
 EXIT_REFUSED = 3
 
@@ -26,7 +26,7 @@ commands:
   serve     serve a model with the bundle's llama-server (1bit serve -h)
   route     ask the Laya router which device a request goes to (1bit route -h)
   check     check the installed bundle: route self-tests and a device probe of every backend
-  version   print the bundle and onebit versions
+  version   print `1bit <version>` (--verbose: the bundle, its backends and onebit)
 """
 
 
@@ -37,48 +37,96 @@ class _Parser(argparse.ArgumentParser):
         raise ServeError(f"{message} (see {self.prog} -h)")
 
 
-def _serve_parser() -> argparse.ArgumentParser:
-    ap = _Parser(
-        prog="1bit serve",
-        allow_abbrev=False,
-        description="Serve a GGUF model (or 1BP package) with the right backend of this bundle. "
-        "Arguments serve does not know are passed to llama-server unchanged.",
-    )
+def _serve_parser(caps: Capabilities | None = None, manifest_note: str = "") -> argparse.ArgumentParser:
+    """`1bit serve`'s options. With the installed bundle's capabilities, --help shows only what that bundle can do
+    (the options stay accepted: route refuses what the bundle cannot serve, in one line naming what to install);
+    without them (no manifest, a checkout) it lists everything and says so."""
+
+    def shown(ok: bool, text: str) -> str:
+        return text if caps is None or ok else argparse.SUPPRESS
+
+    devices = caps.devices if caps is not None else DEVICES
+    description = ("Serve a GGUF model (or 1BP package) with the right backend of this bundle. "
+                   "Arguments serve does not know are passed to llama-server unchanged.")
+    if caps is None:
+        description += f" {manifest_note or 'No bundle manifest found'}: every option is listed, whether or not a " \
+                       "bundle here can serve it."
+    ap = _Parser(prog="1bit serve", allow_abbrev=False, description=description)
+    llama = caps is None or caps.llama_server
     ap.add_argument("-m", "--model", required=True, help="model file (GGUF or 1BP package)")
-    ap.add_argument("--device", default="auto", choices=DEVICES, help="backend device (default: auto)")
-    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--device", default="auto", type=_device, metavar="{" + ",".join(devices) + "}",
+                    help="backend device (default: auto: the first of vulkan, cuda, hrx, rocm, cpu in this bundle)")
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     ap.add_argument("--allow-remote", action="store_true",
-                    help="allow a --host that is not loopback (exposes the server to the network)")
+                    help="allow listening beyond loopback: a --host that is not loopback, or a backend that always "
+                    "listens on every interface (zinc); exposes the server to the network")
     ap.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                     help="proxy mode: another Host/Origin name to answer (e.g. behind a reverse proxy)")
     ap.add_argument("--max-body", type=_size, default=None, metavar="BYTES",
                     help="proxy mode: largest request body (e.g. 64M, 1G; default 256M)")
     ap.add_argument("--port", type=int, default=None, help="public port (default 8080)")
-    ap.add_argument("-c", "--ctx-size", type=int, default=None)
-    ap.add_argument("-fa", "--flash-attn", nargs="?", const="on", default=None, choices=["on", "off", "auto"])
-    ap.add_argument("-a", "--alias", default=None)
-    ap.add_argument("-np", "--parallel", type=int, default=None)
-    ap.add_argument("--dflash", metavar="DRAFT", help="DFlash drafter GGUF")
-    ap.add_argument("--mtp", metavar="HEAD", help="MTP head GGUF")
-    ap.add_argument("--mtp-max", type=int)
-    ap.add_argument("--mtp-p-min", type=float)
-    ap.add_argument("--mmproj", metavar="F")
-    ap.add_argument("--moe-slots", type=int, metavar="N", help="vulkan only: keep N experts resident")
-    ap.add_argument("--prefill-device", choices=["hrx"], help="prefill on HRX, decode on vulkan")
-    ap.add_argument("--prefill-min-tokens", type=int, default=1024)
-    ap.add_argument("--long-model", metavar="FILE", help="second model for prompts of --long-from tokens or more")
-    ap.add_argument("--long-from", type=int, default=2048)
-    ap.add_argument("--adaptive", action="store_true", help="vulkan first, rocm takes the overflow")
-    ap.add_argument("--adaptive-at", type=int, default=8)
-    ap.add_argument("--laya", action="store_true", help="route each conversation by its Laya class (docs: onebit/laya.py)")
-    ap.add_argument("--laya-model", metavar="DIR", help="Laya checkpoint (default: $ONEBIT_LAYA_MODEL, the bundle's); implies --laya")
-    ap.add_argument("--route-policy", metavar="FILE", help="Laya policy: class -> device (default: the shipped one)")
+    ap.add_argument("-c", "--ctx-size", type=int, default=None, metavar="N", help="context size in tokens")
+    ap.add_argument("-fa", "--flash-attn", nargs="?", const="on", default=None, choices=["on", "off", "auto"],
+                    help=shown(llama, "llama-server flash attention (on, off, auto)"))
+    ap.add_argument("-a", "--alias", default=None, metavar="NAME", help="the model name the server answers under")
+    ap.add_argument("-np", "--parallel", type=int, default=None, metavar="N", help="requests served at once")
+    ap.add_argument("--dflash", metavar="DRAFT", help=shown(llama, "DFlash drafter GGUF"))
+    ap.add_argument("--mtp", metavar="HEAD", help=shown(llama, "MTP head GGUF"))
+    ap.add_argument("--mtp-max", type=int, metavar="N", help=shown(llama, "with --mtp: most tokens drafted per step"))
+    ap.add_argument("--mtp-p-min", type=float, metavar="P",
+                    help=shown(llama, "with --mtp: least draft probability kept"))
+    ap.add_argument("--mmproj", metavar="F", help=shown(llama, "multimodal projector GGUF (images)"))
+    ap.add_argument("--moe-slots", type=int, metavar="N",
+                    help=shown(caps is not None and caps.moe_slots, "vulkan only: keep N experts resident"))
+    ap.add_argument("--prefill-device", choices=["hrx"],
+                    help=shown(caps is not None and caps.prefill_hrx, "prefill on HRX, decode on vulkan"))
+    ap.add_argument("--prefill-min-tokens", type=int, default=1024, metavar="N",
+                    help=shown(caps is not None and caps.prefill_hrx,
+                               "with --prefill-device: prompts of N tokens or more prefill on HRX (default 1024)"))
+    ap.add_argument("--long-model", metavar="FILE",
+                    help=shown(llama, "second model for prompts of --long-from tokens or more"))
+    ap.add_argument("--long-from", type=int, default=2048, metavar="N",
+                    help=shown(llama, "with --long-model: the prompt length that goes to it (default 2048)"))
+    ap.add_argument("--adaptive", action="store_true",
+                    help=shown(caps is not None and caps.adaptive, "vulkan first, rocm takes the overflow"))
+    ap.add_argument("--adaptive-at", type=int, default=8, metavar="N",
+                    help=shown(caps is not None and caps.adaptive,
+                               "with --adaptive: requests vulkan takes before rocm gets the next (default 8)"))
+    laya = caps is not None and caps.laya
+    ap.add_argument("--laya", action="store_true",
+                    help=shown(laya, "route each conversation by its Laya class (docs: onebit/laya.py)"))
+    ap.add_argument("--laya-model", metavar="DIR",
+                    help=shown(laya, "Laya checkpoint (default: $ONEBIT_LAYA_MODEL, the bundle's); implies --laya"))
+    ap.add_argument("--route-policy", metavar="FILE",
+                    help=shown(laya, "Laya policy: class -> device (default: the shipped one)"))
     ap.add_argument("--manifest", help=f"bundle manifest (default: the install's share/onebit/manifest.json; ${MANIFEST_ENV})")
     ap.add_argument("--recipes", metavar="FILE", help="serve recipes JSON (default: the bundle's)")
     ap.add_argument("--no-recipes", action="store_true", help="apply no serve recipes")
-    ap.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: $ONEBIT_LLAMA_SERVER, the manifest, PATH)")
+    ap.add_argument("--llama-server", metavar="PATH",
+                    help=shown(llama, "llama-server binary (default: $ONEBIT_LLAMA_SERVER, the manifest, PATH)"))
     ap.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
     return ap
+
+
+def _help_parser(argv: list[str], env) -> argparse.ArgumentParser:
+    """The parser `1bit serve --help` prints: the installed bundle's capabilities, or every option without one."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--manifest")
+    known, _ = pre.parse_known_args(argv)
+    path = default_manifest_path(known.manifest, env)
+    try:
+        manifest = load_manifest(path)
+    except ManifestError as e:
+        return _serve_parser(None, f"{e}".split(";")[0])
+    laya = bool(env.get(LAYA_MODEL_ENV)) or (manifest.prefix / CHECKPOINT_RELPATH).is_dir()
+    return _serve_parser(capabilities(manifest, laya))
+
+
+def _device(text: str) -> str:
+    """Any device serve knows (not only this bundle's: route names the bundle to install for the others)."""
+    if text not in DEVICES:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(DEVICES)})")
+    return text
 
 
 def _size(text: str) -> int:
@@ -124,7 +172,8 @@ def _recipes(args, manifest):
 def plan_from_args(argv: list[str], env=None):
     """Parse `1bit serve` arguments, gather the facts, and return (plan or refusal, parsed args)."""
     env = dict(os.environ if env is None else env)
-    args, extra = _serve_parser().parse_known_args(argv)
+    parser = _help_parser(argv, env) if ("-h" in argv or "--help" in argv) else _serve_parser()
+    args, extra = parser.parse_known_args(argv)
     if extra and extra[0] == "--":
         extra = extra[1:]
     flags = ServeFlags(
@@ -134,7 +183,8 @@ def plan_from_args(argv: list[str], env=None):
         prefill_device=args.prefill_device, prefill_min_tokens=args.prefill_min_tokens,
         long_model=args.long_model, long_from=args.long_from, adaptive=args.adaptive,
         adaptive_at=args.adaptive_at, laya=bool(args.laya or args.laya_model), laya_model=args.laya_model,
-        route_policy=args.route_policy, llama_server=args.llama_server, extra=tuple(extra),
+        route_policy=args.route_policy, llama_server=args.llama_server, allow_remote=args.allow_remote,
+        extra=tuple(extra),
     )
     for host in [args.host, *_host_in_extra(extra)]:  # refuse before touching any file
         why = bind_refusal(host, args.allow_remote)
@@ -156,10 +206,11 @@ def plan_from_args(argv: list[str], env=None):
         if not flags.laya_model:
             prefix = manifest.prefix if manifest is not None else default_manifest_path(None, env).parent.parent.parent
             flags = dataclasses.replace(flags, laya_model=str(default_model_dir(prefix, env)))
-    proxied = bool(args.long_model or args.adaptive)
-    n_ports = 1 + len(ALL_CLASSES) if flags.laya else (2 if proxied else 0)
+    # loopback ports for children behind the proxy (--long-model, --adaptive, --laya, or a program that cannot take
+    # the alias); an exec'd server uses none of them
+    n_ports = 1 + len(ALL_CLASSES) if flags.laya else 2
     renv = RouteEnv(env=env, path_llama_server=shutil.which("llama-server", path=env.get("PATH")),
-                    free_ports=free_ports(n_ports) if n_ports else ())
+                    free_ports=free_ports(n_ports))
     return route(facts, flags, manifest, renv, recipes, draft=draft, long_facts=long_facts, laya_policy=policy), args
 
 
@@ -229,6 +280,9 @@ def check_main(argv: list[str]) -> int:
     manifest = load_manifest(default_manifest_path(args.manifest))
     rows = check(manifest)
     render(manifest, rows)
+    unproven = [r.backend for r in rows if r.ok and r.unproven]
+    if unproven:  # not a failure: nothing can prove (or disprove) these devices; the table's column says why
+        print(f"1bit check: {len(unproven)} backend(s) unproven: {', '.join(unproven)}")
     bad = [r.backend for r in rows if not r.ok]
     if bad:
         print(f"1bit check: {len(bad)} backend(s) failed: {', '.join(bad)}", file=sys.stderr)
@@ -236,32 +290,45 @@ def check_main(argv: list[str]) -> int:
     return 0
 
 
-def _package_version() -> str:
+def package_version(manifest=None) -> str:
+    """The version of this onebit package. Inside a bundle it is the bundle's serve package, installed as plain
+    files under <prefix>/lib/onebit/python (no dist-info), built at the bundle's version: the manifest's. From a
+    checkout, the installed onebit-build distribution's."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    if manifest is not None and here.is_relative_to(manifest.prefix.resolve()):
+        return manifest.version
     try:
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
         return version("onebit-build")
-    except Exception:  # noqa: BLE001
-        return "unknown"
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def version_main(argv: list[str]) -> int:
-    ap = _Parser(prog="1bit version", allow_abbrev=False)
-    ap.add_argument("--manifest")
+    """`1bit version`: ONE line, `1bit <version>` (the engine's Lemonade backend reads the version as the text after
+    the first space of all of the output). --verbose adds the bundle, its backends and the onebit package."""
+    ap = _Parser(prog="1bit version", allow_abbrev=False,
+                 description="Print `1bit <version>`: the installed bundle's (or this package's, without one).")
+    ap.add_argument("--manifest", help=f"bundle manifest (default: the install's; ${MANIFEST_ENV})")
+    ap.add_argument("-v", "--verbose", action="store_true", help="also the bundle, its backends and onebit's version")
     args = ap.parse_args(argv)
     path = default_manifest_path(args.manifest)
     try:
         m = load_manifest(path)
     except ManifestError as e:
-        print(f"onebit {_package_version()}")
-        print(f"1bit version: {e}", file=sys.stderr)
-        return 1
-    # Lemonade's onebit backend reads the text after the first space of this first line: `1bit <version>`
+        print(f"1bit {package_version()}")
+        if args.verbose:
+            print(f"bundle: none ({e})")
+        return 0
     print(f"1bit {m.version}")
-    print(f"bundle {m.bundle} {m.version} (build {m.build_number}, {m.platform})")
-    for name, b in sorted(m.backends.items()):
-        print(f"  {name} {b.version} {b.commit[:12]}")
-    print(f"onebit {_package_version()}")
+    if args.verbose:
+        print(f"bundle {m.bundle} {m.version} (build {m.build_number}, {m.platform}) at {m.prefix}")
+        for name, b in sorted(m.backends.items()):
+            print(f"  {name} {b.version} {b.commit[:12]}")
+        print(f"onebit {package_version(m)}")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 import warnings
 from dataclasses import dataclass
@@ -173,19 +174,43 @@ def _int_or_none(v) -> int | None:
         return None
 
 
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _kind_problem(p: Path, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    kind = next((what for test, what in _NOT_REGULAR if test(mode)), "not a regular file")
+    raise ModelError(f"model path is {kind}, not a regular file: {p}")
+
+
+def _read_magic(p: Path) -> tuple[bytes, int]:
+    """(first 4 bytes, size) of a regular file. Anything else (FIFO, socket, device, directory) is refused from its
+    stat before it is opened; the open itself does not block (O_NONBLOCK) and is checked again, so a FIFO put in
+    its place meanwhile is refused too, never waited on."""
+    try:
+        _kind_problem(p, os.stat(p).st_mode)
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ModelError(f"model file not found: {p}") from None
+    except OSError as e:
+        raise ModelError(f"cannot read model {p}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        _kind_problem(p, st.st_mode)
+        os.set_blocking(fd, True)
+        return os.read(fd, 4), st.st_size
+    except OSError as e:
+        raise ModelError(f"cannot read model {p}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
 def inspect_model(path: str | os.PathLike) -> ModelFacts:
     """Return the model's facts, or raise ModelError with one clear line."""
     p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            magic = fh.read(4)
-        size = p.stat().st_size
-    except FileNotFoundError:
-        raise ModelError(f"model file not found: {p}") from None
-    except IsADirectoryError:
-        raise ModelError(f"model path is a directory, not a file: {p}") from None
-    except OSError as e:
-        raise ModelError(f"cannot read model {p}: {e.strerror or e}") from None
+    magic, size = _read_magic(p)
 
     if magic == ONEBP_MAGIC:
         return ModelFacts(path=str(p), kind="1bp")

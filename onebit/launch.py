@@ -85,7 +85,8 @@ def run_proxied(plan: LaunchPlan, laya=None, *, max_body: int | None = None, all
     try:
         for c in plan.children:
             procs.append(spawn(c))
-        ups = [Upstream(role=c.role, url=f"http://{c.host}:{c.port}", slots=c.slots) for c in plan.children]
+        ups = [Upstream(role=c.role, url=f"http://{c.host}:{c.port}", slots=c.slots, drop_model=c.drop_model)
+               for c in plan.children]
         proxy = Proxy(ups, policy=plan.proxy.policy, alias=plan.proxy.alias, long_from=plan.proxy.long_from,
                       public_host=plan.proxy.host, laya=laya, allowed_hosts=allowed_hosts,
                       **({"max_body": max_body} if max_body else {}))

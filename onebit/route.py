@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .adapters import ADAPTERS, Adapter, AdapterError, Decision, unsupported
+from .bundles import BUNDLES
+from .hosts import bind_refusal
 from .inspect import ModelFacts
 from .laya import Policy
 from .manifest import Manifest, default_adapter
@@ -32,7 +34,7 @@ DEVICE_BACKENDS = {
     "rocm": ("rocm",),
     "npu": ("npu",),
     "zinc": ("zinc",),
-    "ds4": ("ds4",),
+    "ds4": ("ds4", "ds4-rocm", "ds4-cuda", "ds4-cpu"),  # the ds4 recipe's variants provide ds4-<variant>
     "cpu": ("cpu",),
     "cuda": ("cuda",),
 }
@@ -117,6 +119,7 @@ class ServeFlags:
     laya_model: str | None = None  # the Laya checkpoint directory (--laya-model DIR implies --laya)
     route_policy: str | None = None  # the policy file, for the plan (the caller loads it)
     llama_server: str | None = None
+    allow_remote: bool = False  # a child or the proxy may listen beyond loopback
     extra: tuple[str, ...] = ()
 
 
@@ -143,13 +146,15 @@ class Child:
     slots: int | None = None  # adaptive: how many requests this child takes before the next one overflows
     adapter: str = "llama-server"
     notes: tuple[str, ...] = ()  # what the adapter says the user must know (zinc listens on 0.0.0.0, ...)
+    bind: str = ""  # the address the program will actually listen on (zinc: 0.0.0.0 whatever host says)
+    drop_model: bool = False  # the proxy removes "model" from requests to it (zinc loads the model a request names)
 
 
 @dataclass(frozen=True)
 class ProxySpec:
     host: str
     port: int
-    policy: str  # "long" | "adaptive"
+    policy: str  # "long" | "adaptive" | "laya" | "single" (one child whose program cannot take the alias: zinc)
     alias: str
     long_from: int | None = None
     adaptive_at: int | None = None
@@ -241,6 +246,36 @@ def _held(manifest: Manifest | None) -> str:
     return ", ".join(sorted(manifest.backends)) or "(none)"
 
 
+def elsewhere(device: str, manifest: Manifest | None) -> str:
+    """Which other bundle serves `device` (onebit/data/bundles.json), as the end of a refusal: what to install."""
+    serving, without_program = [], []
+    for info in BUNDLES.values():
+        if manifest is not None and info.name == manifest.bundle:
+            continue
+        backend = next((b for b in DEVICE_BACKENDS[device] if b in info.backends), None)
+        if backend is None:
+            continue
+        adapter, programs = info.backends[backend]
+        if ADAPTERS[adapter].program in programs:
+            serving.append(info)
+        else:
+            without_program.append((info, backend, ADAPTERS[adapter].program, programs))
+    if serving:
+        return (f"{device} is in the {' or '.join(i.name for i in serving)} bundle: "
+                f"install {' or '.join(i.package for i in serving)}")
+    if without_program:
+        info, backend, program, programs = without_program[0]
+        return (f"no bundle serves it yet: the {info.name} bundle's {backend} backend ships {', '.join(programs)}, "
+                f"not {program}")
+    return "no bundle has it"
+
+
+def _missing(device: str, manifest: Manifest | None, what: str) -> str:
+    """`<what>: this bundle (B) has no <device> backend (has: ...); <where to get it>`, one line."""
+    bundle = f" ({manifest.bundle})" if manifest is not None else ""
+    return f"{what}: this bundle{bundle} has no {device} backend (has: {_held(manifest)}); {elsewhere(device, manifest)}"
+
+
 def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None, want: str) -> str:
     name = Path(facts.path).name
     if facts.onebp:
@@ -250,7 +285,7 @@ def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None
                 f"{name} is a 1BP package; only the ds4 backend serves it (use --device ds4 or auto, not {want})",
             )
         if _backend_for("ds4", manifest) is None:
-            raise _Refused("1bp-device", f"{name} is a 1BP package but this bundle has no ds4 backend (has: {_held(manifest)})")
+            raise _Refused("1bp-device", _missing("ds4", manifest, f"{name} is a 1BP package, only ds4 serves it"))
         return "ds4"
 
     if facts.hadamard is not None:
@@ -284,7 +319,7 @@ def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None
         if want not in ("auto", "vulkan"):
             raise _Refused("prefill-device", f"--prefill-device hrx decodes on vulkan; it cannot be used with --device {want}")
         if _backend_for("hrx", manifest) is None:
-            raise _Refused("prefill-device", f"--prefill-device hrx needs the hrx backend, which this bundle lacks (has: {_held(manifest)})")
+            raise _Refused("prefill-device", _missing("hrx", manifest, "--prefill-device hrx needs the hrx backend"))
         if manifest is not None:
             devs = manifest.backends["hrx"].devices
             if "HRX0" not in devs or "Vulkan0" not in devs:
@@ -299,7 +334,7 @@ def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None
         raise _Refused("no-device", f"no backend in this bundle can serve {name} (has: {_held(manifest)})")
 
     if _backend_for(want, manifest) is None:
-        raise _Refused("device-missing", f"--device {want}: this bundle has no {want} backend (has: {_held(manifest)})")
+        raise _Refused("device-missing", _missing(want, manifest, f"--device {want}"))
     return want
 
 
@@ -359,8 +394,20 @@ _CHILD_FLAGS = ("ctx_size", "flash_attn", "alias", "parallel", "dflash", "mtp", 
                 "moe_slots", "prefill_device")
 
 
+def _last_host(argv: Sequence[str], default: str) -> str:
+    """The address a program given `--host X` (last one wins) listens on."""
+    host = default
+    for i, a in enumerate(argv):
+        if a == "--host" and i + 1 < len(argv):
+            host = argv[i + 1]
+        elif a.startswith("--host="):
+            host = a.split("=", 1)[1]
+    return host
+
+
 def _foreign_child(facts, flags, manifest, renv, adapter, *, role, backend, device, host, port, slots) -> Child:
     """A child whose program is not llama-server: its adapter builds the command line."""
+    binary = _resolve_binary(backend, adapter, flags, manifest, renv)  # no program at all says more than an option
     given = {k: getattr(flags, k) for k in _CHILD_FLAGS}
     bad = unsupported(adapter, given)
     if bad:
@@ -369,7 +416,10 @@ def _foreign_child(facts, flags, manifest, renv, adapter, *, role, backend, devi
     if flags.long_model or flags.adaptive:
         which = "--long-model" if flags.long_model else "--adaptive"
         raise _Refused("adapter-option", f"{which} needs llama-server children; the {backend} backend runs {adapter.program}")
-    binary = _resolve_binary(backend, adapter, flags, manifest, renv)
+    role_flag = next((t.split("=", 1)[0] for t in flags.extra if t.split("=", 1)[0] in EMBEDDING_FLAGS), None)
+    if role_flag and not adapter.embeddings:
+        raise _Refused("adapter-option", f"{role_flag}: {adapter.program} (the {backend} backend) serves chat only; "
+                       "an embedding or reranking model needs a llama-server backend (--device auto)")
     decision = Decision(model=facts.path, host=host, port=port, device=_manifest_device(device, backend, manifest),
                         ctx_size=flags.ctx_size, parallel=flags.parallel if slots is None else slots, extra=flags.extra)
     try:
@@ -382,7 +432,120 @@ def _foreign_child(facts, flags, manifest, renv, adapter, *, role, backend, devi
     env.update(cmd.env)
     env = {k: v for k, v in env.items() if k not in renv.env}
     return Child(role=role, backend=backend, device=device, binary=binary, argv=(binary, *cmd.argv_tail), env=env,
-                 host=host, port=port, recipes=(), slots=slots, adapter=adapter.name, notes=cmd.notes)
+                 host=host, port=port, recipes=(), slots=slots, adapter=adapter.name, notes=cmd.notes,
+                 bind=cmd.bind or _last_host(cmd.argv_tail, host), drop_model=adapter.drops_model)
+
+
+# --- one llama-server child: small steps, each adding its options (and environment) to the command line ------------
+
+
+def _child_backend(flags: ServeFlags, device: str, manifest: Manifest | None) -> str:
+    # --prefill-device hrx: one process of the hrx build holds both devices (decode on its Vulkan0, prefill on HRX0)
+    backend = "hrx" if flags.prefill_device == "hrx" else _backend_for(device, manifest)
+    assert backend is not None
+    return backend
+
+
+def _base_args(args: _Args, facts: ModelFacts, device: str, backend: str, manifest: Manifest | None, host: str,
+               port: int) -> None:
+    """Model, address, device and offload: the route's own defaults."""
+    args.set(["-m", facts.path])
+    args.set(["--host", host])
+    args.set(["--port", str(port)])
+    if device == "cpu":
+        args.set(["-ngl", "0"])
+    else:
+        dev_flag = _manifest_device(device, backend, manifest)
+        if dev_flag:
+            args.set(["--device", dev_flag])
+        args.set(["-ngl", "99"])
+    args.set(["--jinja"])
+
+
+def _user_args(args: _Args, flags: ServeFlags, proxied_alias: str | None, slots: int | None) -> None:
+    """The serve options that are llama-server options under another spelling (the user's: they win)."""
+    if flags.ctx_size is not None:
+        args.set(["-c", str(flags.ctx_size)], "user")
+    if flags.flash_attn is not None:
+        args.set(["-fa", flags.flash_attn], "user")
+    if flags.alias is not None:
+        args.set(["--alias", flags.alias], "user")
+    elif proxied_alias is not None:
+        args.set(["--alias", proxied_alias])
+    if flags.parallel is not None:
+        args.set(["-np", str(flags.parallel)], "user")
+    if slots is not None and flags.parallel is None:
+        args.set(["-np", str(slots)])
+
+
+def _drafter_args(args: _Args, flags: ServeFlags, draft: ModelFacts | None, device: str) -> str:
+    """--dflash or --mtp as llama-server's speculative decoding options; returns the drafter ("none" without)."""
+    ngld = "0" if device == "cpu" else "99"
+    if flags.dflash:
+        bs = draft.dflash_block_size if draft is not None else None
+        n_max = bs - 1 if bs and bs > 1 else DEFAULT_DFLASH_N_MAX
+        args.set(["--spec-type", "draft-dflash"])
+        args.set(["-md", flags.dflash])
+        args.set(["-ngld", ngld])
+        args.set(["--spec-draft-n-max", str(n_max)])
+        args.set(["--spec-draft-p-min", "0"])
+        return "dflash"
+    if flags.mtp:
+        args.set(["--spec-type", "draft-mtp"])
+        args.set(["-md", flags.mtp])
+        args.set(["-ngld", ngld])
+        if flags.mtp_max is not None:
+            args.set(["--spec-draft-n-max", str(flags.mtp_max)], "user")
+        if flags.mtp_p_min is not None:
+            args.set(["--spec-draft-p-min", _num(flags.mtp_p_min)], "user")
+        return "mtp"
+    return "none"
+
+
+def _mmproj_args(args: _Args, flags: ServeFlags) -> None:
+    if flags.mmproj:
+        args.set(["--mmproj", flags.mmproj])
+        args.set(["-b", "4096"])
+        args.set(["-ub", "4096"])
+
+
+def _moe_slots(args: _Args, env: dict[str, str], flags: ServeFlags, facts: ModelFacts, device: str) -> None:
+    if flags.moe_slots is None:
+        return
+    name = Path(facts.path).name
+    if device != "vulkan":
+        raise _Refused("moe-slots-device", f"--moe-slots works on vulkan only; this route runs {name} on {device}")
+    if not facts.moe:
+        raise _Refused("moe-slots-dense", f"--moe-slots needs an MoE model; {name} has no experts")
+    args.set(["-ot", "exps=CPU"])
+    env["ONEBIT_MOE_FILE"] = facts.path
+    env["ONEBIT_MOE_SLOTS"] = str(flags.moe_slots)
+
+
+def _prefill_env(env: dict[str, str], flags: ServeFlags) -> None:
+    if flags.prefill_device == "hrx":
+        env["ONEBIT_PREFILL_DEVICE"] = "HRX0"
+        env["ONEBIT_PREFILL_MIN_TOKENS"] = str(flags.prefill_min_tokens)
+
+
+def _apply_recipes(args: _Args, env: dict[str, str], recipes: Sequence[Recipe], rfacts: RecipeFacts,
+                   user_keys: set[str], renv: RouteEnv) -> tuple[str, ...]:
+    """Serve recipes that match: their options (unless the user gave that option) and environment; their names."""
+    applied = []
+    for r in recipes:
+        if not r.matches(rfacts):
+            continue
+        used = False
+        for key, toks in split_options(r.args):
+            if key not in user_keys and args.set(toks, "recipe"):
+                used = True
+        for k, v in r.env.items():
+            if k not in renv.env:
+                env[k] = v
+                used = True
+        if used:
+            applied.append(r.name)
+    return tuple(applied)
 
 
 def _route_child(
@@ -402,121 +565,65 @@ def _route_child(
     slots: int | None = None,
 ) -> Child:
     device = _pick_device(facts, flags, manifest, want_device)
-    # --prefill-device hrx: one process of the hrx build holds both devices (decode on its Vulkan0, prefill on HRX0)
-    backend = "hrx" if flags.prefill_device == "hrx" else _backend_for(device, manifest)
-    assert backend is not None
-    name = Path(facts.path).name
+    backend = _child_backend(flags, device, manifest)
     adapter = _adapter_of(backend, manifest)
     if adapter.name != "llama-server":
         return _foreign_child(facts, flags, manifest, renv, adapter, role=role, backend=backend, device=device,
                               host=host, port=port, slots=slots)
-
     args = _Args()
-    env: dict[str, str] = {}
-    if manifest is not None:
-        env.update(manifest.backends[backend].env)
-
-    args.set(["-m", facts.path])
-    args.set(["--host", host])
-    args.set(["--port", str(port)])
-    if device == "cpu":
-        args.set(["-ngl", "0"])
-    else:
-        dev_flag = _manifest_device(device, backend, manifest)
-        if dev_flag:
-            args.set(["--device", dev_flag])
-        args.set(["-ngl", "99"])
-    args.set(["--jinja"])
-    ngld = "0" if device == "cpu" else "99"
-
+    env: dict[str, str] = dict(manifest.backends[backend].env) if manifest is not None else {}
+    _base_args(args, facts, device, backend, manifest, host, port)
     if facts.rotated:
         env["GGML_W4A4_TENSORS"] = "all"
-
-    if flags.ctx_size is not None:
-        args.set(["-c", str(flags.ctx_size)], "user")
-    if flags.flash_attn is not None:
-        args.set(["-fa", flags.flash_attn], "user")
-    if flags.alias is not None:
-        args.set(["--alias", flags.alias], "user")
-    elif proxied_alias is not None:
-        args.set(["--alias", proxied_alias])
-    if flags.parallel is not None:
-        args.set(["-np", str(flags.parallel)], "user")
-    if slots is not None and flags.parallel is None:
-        args.set(["-np", str(slots)])
-
-    drafter = "none"
-    if drafters and flags.dflash:
-        drafter = "dflash"
-        bs = draft.dflash_block_size if draft is not None else None
-        n_max = bs - 1 if bs and bs > 1 else DEFAULT_DFLASH_N_MAX
-        args.set(["--spec-type", "draft-dflash"])
-        args.set(["-md", flags.dflash])
-        args.set(["-ngld", ngld])
-        args.set(["--spec-draft-n-max", str(n_max)])
-        args.set(["--spec-draft-p-min", "0"])
-    elif drafters and flags.mtp:
-        drafter = "mtp"
-        args.set(["--spec-type", "draft-mtp"])
-        args.set(["-md", flags.mtp])
-        args.set(["-ngld", ngld])
-        if flags.mtp_max is not None:
-            args.set(["--spec-draft-n-max", str(flags.mtp_max)], "user")
-        if flags.mtp_p_min is not None:
-            args.set(["--spec-draft-p-min", _num(flags.mtp_p_min)], "user")
-
-    if drafters and flags.mmproj:
-        args.set(["--mmproj", flags.mmproj])
-        args.set(["-b", "4096"])
-        args.set(["-ub", "4096"])
-
-    if flags.moe_slots is not None:
-        if device != "vulkan":
-            raise _Refused("moe-slots-device", f"--moe-slots works on vulkan only; this route runs {name} on {device}")
-        if not facts.moe:
-            raise _Refused("moe-slots-dense", f"--moe-slots needs an MoE model; {name} has no experts")
-        args.set(["-ot", "exps=CPU"])
-        env["ONEBIT_MOE_FILE"] = facts.path
-        env["ONEBIT_MOE_SLOTS"] = str(flags.moe_slots)
-
-    if flags.prefill_device == "hrx":
-        env["ONEBIT_PREFILL_DEVICE"] = "HRX0"
-        env["ONEBIT_PREFILL_MIN_TOKENS"] = str(flags.prefill_min_tokens)
-
+    _user_args(args, flags, proxied_alias, slots)
+    drafter = _drafter_args(args, flags, draft, device) if drafters else "none"
+    if drafters:
+        _mmproj_args(args, flags)
+    _moe_slots(args, env, flags, facts, device)
+    _prefill_env(env, flags)
     user_keys = {key for key, _ in split_options(flags.extra)}
     rfacts = RecipeFacts(device=device, architecture=facts.arch, moe=facts.moe, drafter=drafter, rotated=facts.rotated)
-    applied = []
-    for r in recipes:
-        if not r.matches(rfacts):
-            continue
-        used = False
-        for key, toks in split_options(r.args):
-            if key not in user_keys and args.set(toks, "recipe"):
-                used = True
-        for k, v in r.env.items():
-            if k not in renv.env:
-                env[k] = v
-                used = True
-        if used:
-            applied.append(r.name)
-
+    applied = _apply_recipes(args, env, recipes, rfacts, user_keys, renv)
     for key in user_keys:
         args.drop(key)
-
     binary = _resolve_binary(backend, adapter, flags, manifest, renv)
-    env = {k: v for k, v in env.items() if k not in renv.env}
     argv = (binary, *args.flat(), *flags.extra)
-    return Child(
-        role=role,
-        backend=backend,
-        device=device,
-        binary=binary,
-        argv=tuple(argv),
-        env=env,
-        host=host,
-        port=port,
-        recipes=tuple(applied),
-        slots=slots,
+    return Child(role=role, backend=backend, device=device, binary=binary, argv=argv,
+                 env={k: v for k, v in env.items() if k not in renv.env}, host=host, port=port, recipes=applied,
+                 slots=slots, bind=_last_host(argv[1:], host))
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a bundle can serve, for `1bit serve --help` (route still decides every launch)."""
+
+    devices: tuple[str, ...]  # --device values this bundle serves, "auto" first
+    llama_server: bool  # a llama-server backend: drafters, --mmproj, --flash-attn, --long-model
+    moe_slots: bool  # --moe-slots: the vulkan device
+    prefill_hrx: bool  # --prefill-device hrx: the hrx build with HRX0 and Vulkan0
+    adaptive: bool  # --adaptive: vulkan and rocm
+    laya: bool  # --laya: the bundle ships the Laya checkpoint (or $ONEBIT_LAYA_MODEL names one)
+
+
+def capabilities(manifest: Manifest, laya: bool) -> Capabilities:
+    """Pure: what `manifest` can serve. A device counts when its backend lists its adapter's program (the npu backend
+    ships the driver, not a program that serves a model: no --device npu)."""
+    def serves(device: str) -> bool:
+        backend = _backend_for(device, manifest)
+        if backend is None:
+            return False
+        b = manifest.backends[backend]
+        return ADAPTERS[b.adapter].program in b.binaries
+
+    devices = tuple(d for d in DEVICES[1:] if serves(d))
+    hrx = manifest.backends.get("hrx")
+    return Capabilities(
+        devices=("auto", *devices),
+        llama_server=any(b.adapter == "llama-server" for b in manifest.backends.values()),
+        moe_slots="vulkan" in devices,
+        prefill_hrx=hrx is not None and {"HRX0", "Vulkan0"} <= set(hrx.devices),
+        adaptive={"vulkan", "rocm"} <= set(devices),
+        laya=laya,
     )
 
 
@@ -537,9 +644,10 @@ def route(
 ) -> LaunchPlan | Refusal:
     """Decide how to serve: one exec'd server, or several behind the proxy; or refuse with a message."""
     try:
-        return _route(facts, flags, manifest, renv, recipes, draft, long_facts, laya_policy)
+        plan = _route(facts, flags, manifest, renv, recipes, draft, long_facts, laya_policy)
     except _Refused as r:
         return r.refusal
+    return _remote_refusal(plan, flags) or plan
 
 
 # GGUF architectures of embedding models (llama.cpp's encoder-only ones): Laya routes chat, not embeddings
@@ -667,4 +775,33 @@ def _route(facts, flags, manifest, renv, recipes, draft, long_facts, laya_policy
 
     child = _route_child(facts, **common, role="main", host=flags.host, port=public_port,
                          want_device=flags.device, draft=draft, drafters=True)
+    if flags.alias is not None and ADAPTERS[child.adapter].alias_by_proxy:
+        # the program cannot serve under an alias (zinc reads a request's "model" as a model to load): the proxy
+        # answers on the public address, rewrites "model" and drops it before the child
+        if not renv.free_ports:
+            raise ValueError("route needs a free port in RouteEnv.free_ports for a proxied route")
+        child = _route_child(facts, **common, role="main", host="127.0.0.1", port=renv.free_ports[0],
+                             want_device=flags.device, draft=draft, drafters=True)
+        proxy = ProxySpec(host=flags.host, port=public_port, policy="single", alias=flags.alias)
+        return LaunchPlan(mode="proxy", children=(child,), proxy=proxy, model=facts)
     return LaunchPlan(mode="exec", children=(child,), proxy=None, model=facts)
+
+
+def _remote_refusal(plan: LaunchPlan, flags: ServeFlags) -> Refusal | None:
+    """A child or the proxy that would listen beyond loopback needs --allow-remote, whatever --host said: zinc has
+    no --host and always listens on 0.0.0.0."""
+    if flags.allow_remote:
+        return None
+    for c in plan.children:
+        why = bind_refusal(c.bind or c.host, False)
+        if why is None:
+            continue
+        if c.bind != c.host and c.adapter != "llama-server":
+            why = (f"--device {c.device}: {Path(c.binary).name} has no --host option and listens on {c.bind or '(all)'}"
+                   f":{c.port} (every interface, no authentication); add --allow-remote to run it anyway")
+        return Refusal(message=why, rule="remote-bind")
+    if plan.proxy is not None:
+        why = bind_refusal(plan.proxy.host, False)
+        if why is not None:
+            return Refusal(message=why, rule="remote-bind")
+    return None

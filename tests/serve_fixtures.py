@@ -24,11 +24,13 @@ SHA = "0" * 40
 STRIX = ("vulkan", "hrx", "rocm", "lean-vulkan", "npu", "zinc", "ds4", "cpu")
 DEVICES = {
     "cpu": ["CPU"], "vulkan": ["Vulkan0"], "lean-vulkan": ["Vulkan0"], "hrx": ["HRX0", "Vulkan0"], "rocm": ["ROCm0"],
-    "cuda": ["CUDA0"], "npu": ["NPU0"], "zinc": ["ZINC0"], "ds4": ["ROCm0"],
+    "cuda": ["CUDA0"], "npu": ["NPU0"], "zinc": ["Vulkan0"], "ds4": ["ROCm0"],
+    "ds4-cpu": ["CPU"], "ds4-rocm": ["ROCm0"], "ds4-cuda": ["CUDA0"],  # the ds4 recipes' variants (recipes/ds4*.yaml)
 }
 # each backend's program (the key its adapter looks up), adapter and variant id (its libexec/onebit/<variant> subtree)
-PROGRAM = {"zinc": "zinc", "ds4": "ds4-server", "npu": "amdxdna.ko"}
-ADAPTER = {"zinc": "zinc", "ds4": "ds4", "npu": "npu"}
+PROGRAM = {"zinc": "zinc", "ds4": "ds4-server", "ds4-cpu": "ds4-server", "ds4-rocm": "ds4-server",
+           "ds4-cuda": "ds4-server", "npu": "amdxdna.ko"}
+ADAPTER = {"zinc": "zinc", "ds4": "ds4", "ds4-cpu": "ds4", "ds4-rocm": "ds4", "ds4-cuda": "ds4", "npu": "npu"}
 VARIANT = {"rocm": "lean-rocm", "ds4": "ds4-rocm", "npu": "xdna"}
 
 

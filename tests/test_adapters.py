@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from serve_fixtures import STRIX, STUB, models, write_manifest  # noqa: F401  (models is a fixture)
 
-from onebit.adapters import ADAPTERS, _llama_devices, _zinc_devices
+from onebit.adapters import ADAPTERS, _llama_devices, _zinc_devices, list_devices
 from onebit.inspect import inspect_model
 from onebit.manifest import load_manifest
 from onebit.route import LaunchPlan, Refusal, RouteEnv, ServeFlags, route
@@ -48,20 +49,24 @@ def prog(m, rel):
 
 
 ZINC = "libexec/onebit/zinc/bin/zinc"
+REMOTE = {"allow_remote": True}
 DS4 = "libexec/onebit/ds4-rocm/bin/ds4-server"
 
 # (id, model, bundle, serve flags, program (prefix-relative), argv after argv[0] ("@m" = the model path), env)
 ADAPTER_TABLE = [
-    ("zinc-plain", "dense", "strix", {"device": "zinc"}, ZINC, ["-m", "@m", "-p", "8080", "-d", "0"], {}),
-    ("zinc-ctx-parallel-port", "dense", "strix", {"device": "zinc", "ctx_size": 8192, "parallel": 2, "port": 9090},
+    # zinc always listens on 0.0.0.0 (it has no --host): every zinc launch needs --allow-remote
+    ("zinc-plain", "dense", "strix", {"device": "zinc", **REMOTE}, ZINC, ["-m", "@m", "-p", "8080", "-d", "0"], {}),
+    ("zinc-ctx-parallel-port", "dense", "strix",
+     {"device": "zinc", "ctx_size": 8192, "parallel": 2, "port": 9090, **REMOTE},
      ZINC, ["-m", "@m", "-p", "9090", "-d", "0", "-c", "8192", "--parallel", "2"], {}),
-    ("zinc-pass-through", "dense", "strix", {"device": "zinc", "extra": ("--kv-quant", "3")}, ZINC,
+    ("zinc-pass-through", "dense", "strix", {"device": "zinc", "extra": ("--kv-quant", "3"), **REMOTE}, ZINC,
      ["-m", "@m", "-p", "8080", "-d", "0", "--kv-quant", "3"], {}),
-    ("zinc-old-manifest", "dense", "old", {"device": "zinc"}, "libexec/onebit/zinc/zinc",
+    ("zinc-old-manifest", "dense", "old", {"device": "zinc", **REMOTE}, "libexec/onebit/zinc/zinc",
      ["-m", "@m", "-p", "8080", "-d", "0"], {}),
     ("ds4-1bp-auto", "pkg", "strix", {}, DS4,
      ["-m", "@m", "--host", "127.0.0.1", "--port", "8080", "--backend", "rocm"], {"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}),
-    ("ds4-1bp-explicit-ctx", "pkg", "strix", {"device": "ds4", "ctx_size": 65536, "host": "0.0.0.0", "port": 8001},
+    ("ds4-1bp-explicit-ctx", "pkg", "strix",
+     {"device": "ds4", "ctx_size": 65536, "host": "0.0.0.0", "port": 8001, **REMOTE},
      DS4, ["-m", "@m", "--host", "0.0.0.0", "--port", "8001", "--backend", "rocm", "--ctx", "65536"],
      {"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}),
     ("ds4-cuda-build", "pkg", "ds4-cuda", {}, "libexec/onebit/ds4-rocm/bin/ds4-server",
@@ -90,9 +95,9 @@ def test_adapter_argv_and_env(models, bundles, case):
 
 @pytest.mark.parametrize("bundle", ["strix", "old"])
 def test_zinc_never_gets_llama_server_flags(models, bundles, bundle):
-    c = plan(models, bundles, bundle=bundle, device="zinc").children[0]
+    c = plan(models, bundles, bundle=bundle, device="zinc", allow_remote=True).children[0]
     assert c.adapter == "zinc"
-    for foreign in ("--host", "--jinja", "-ngl", "--device", "ZINC0", "ZINC1", "--port"):
+    for foreign in ("--host", "--jinja", "-ngl", "--device", "Vulkan0", "--port"):
         assert foreign not in c.argv
     assert c.notes == ("zinc has no --host option: it listens on 0.0.0.0:8080, not only on 127.0.0.1",)
 
@@ -100,7 +105,7 @@ def test_zinc_never_gets_llama_server_flags(models, bundles, bundle):
 def test_adapter_ignores_llama_server_overrides(models, bundles):
     """--llama-server and $ONEBIT_LLAMA_SERVER name llama-servers: zinc and ds4 still run their own programs."""
     env = {"ONEBIT_LLAMA_SERVER": "/x/llama-server", "ONEBIT_LLAMA_SERVER_ZINC": "/x/zinc-llama"}
-    c = plan(models, bundles, device="zinc", llama_server="/y/llama-server", env=env).children[0]
+    c = plan(models, bundles, device="zinc", llama_server="/y/llama-server", env=env, allow_remote=True).children[0]
     assert c.binary == prog(bundles["strix"], ZINC)
     c = plan(models, bundles, model="pkg", llama_server="/y/llama-server", env=env).children[0]
     assert c.binary == prog(bundles["strix"], DS4)
@@ -113,8 +118,8 @@ ADAPTER_REFUSALS = [
     ("npu-old-manifest", "dense", "old", {"device": "npu"}, "no-program", "lists no npu-server program"),
     ("zinc-dflash", "dense", "strix", {"device": "zinc", "dflash": "d.gguf"}, "adapter-option",
      "--dflash: zinc (the zinc backend) has no such option"),
-    ("zinc-flash-attn-alias", "dense", "strix", {"device": "zinc", "flash_attn": "on", "alias": "a"}, "adapter-option",
-     "--flash-attn, --alias: zinc (the zinc backend) has no such option; drop them"),
+    ("zinc-flash-attn-dflash", "dense", "strix", {"device": "zinc", "flash_attn": "on", "dflash": "d.gguf"},
+     "adapter-option", "--flash-attn, --dflash: zinc (the zinc backend) has no such option; drop them"),
     ("zinc-mmproj", "dense", "strix", {"device": "zinc", "mmproj": "mm.gguf"}, "adapter-option", "--mmproj"),
     ("zinc-moe-slots", "moe", "strix", {"device": "zinc", "moe_slots": 2}, "adapter-option", "--moe-slots"),
     ("zinc-long-model", "dense", "strix", {"device": "zinc", "long_model": "x.gguf"}, "adapter-option",
@@ -160,10 +165,55 @@ info: GPU 1: llvmpipe | VRAM: 0 MB | vendor: 0x10005
 """
 
 
+# --- the ONE `llama-server --list-devices` parser (onebit.adapters.list_devices; builders/stage.py uses it) ----------
+# (id, stdout, stderr, devices). stdout as common/arg.cpp common_print_available_devices() prints it at the llama.cpp
+# pin; stderr as ggml logs while loading backends (ggml-cuda.cu ggml_cuda_init, ggml-vulkan.cpp). The CPU row is this
+# machine's CPU build; the lavapipe and H200 lines are the ones recorded in tests/test_layout.py and issue 17.
+CUDA_LOG = ("ggml_cuda_init: found 1 CUDA devices (Total VRAM: 143156 MiB):\n"
+            "  Device 0: NVIDIA H200, compute capability 9.0, VMM: yes, VRAM: 143156 MiB\n"
+            "load_backend: loaded CUDA backend from /p/libexec/onebit/cuda/bin/libggml-cuda.so\n")
+VULKAN_LOG = ("ggml_vulkan: Found 1 Vulkan devices:\n"
+              "ggml_vulkan: 0 = llvmpipe (LLVM 15.0.6, 256 bits) (llvmpipe) | uma: 0 | fp16: 1 | bf16: 0 | fp4: 0 | "
+              "warp size: 8 | shared memory: 32768 | int dot: 0 | matrix cores: none\n")
+LIST_DEVICES = [
+    ("cpu-build-none", "Available devices:\n  (none)\n", "", ()),
+    ("lavapipe", "Available devices:\n  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (23936 MiB, 23936 MiB free)\n",
+     VULKAN_LOG, ("Vulkan0",)),
+    ("h200-cuda", "Available devices:\n  CUDA0: NVIDIA H200 (143156 MiB, 142523 MiB free)\n", CUDA_LOG, ("CUDA0",)),
+    ("h200-vulkan", "Available devices:\n  Vulkan0: NVIDIA H200 (143771 MiB, 143000 MiB free)\n", VULKAN_LOG,
+     ("Vulkan0",)),
+    ("strix-hrx-build", "Available devices:\n  HRX0: AMD gfx1151 (HRX) (65536 MiB, 60000 MiB free)\n"
+     "  Vulkan0: Radeon 8060S Graphics (RADV GFX1151) (65536 MiB, 60000 MiB free)\n", "", ("HRX0", "Vulkan0")),
+    ("log-lines-on-both-streams", LLAMA_LIST, VULKAN_LOG, ("Vulkan0", "HRX0")),
+    ("no-listing-at-all", "", "error: unknown argument: --list-devices\n", ()),
+]
+
+
+@pytest.mark.parametrize("case", LIST_DEVICES, ids=[c[0] for c in LIST_DEVICES])
+def test_the_one_list_devices_parser(case):
+    from builders.stage import parse_list_devices
+
+    _, stdout, stderr, want = case
+    assert list_devices(stdout + stderr) == want
+    assert ADAPTERS["llama-server"].parse_devices(stdout, stderr) == want  # `1bit check`'s probe
+    assert parse_list_devices(stdout + stderr) == sorted(want)  # the build's recipe-test check, sorted as before
+    # the two parsers this one replaced (onebit/adapters.py and builders/stage.py at 1fb465c) read the same
+    old_adapter = re.compile(r"^\s+([A-Za-z]+[0-9]+):\s", re.MULTILINE)
+    old_stage = re.compile(r"^\s*([A-Za-z]+[0-9]+):", re.M)
+    assert tuple(dict.fromkeys(old_adapter.findall(stdout + "\n" + stderr))) == want
+    assert sorted(set(old_stage.findall(stdout + stderr))) == sorted(want)
+
+
+def test_stage_uses_the_one_parser():
+    import builders.stage as stage
+
+    assert stage.list_devices is list_devices and not hasattr(stage, "_DEVICE_LINE")
+
+
 def test_device_parsers():
     assert _llama_devices(LLAMA_LIST, "") == ("Vulkan0", "HRX0")
     assert _llama_devices("Available devices:\n", "") == ()
-    assert _zinc_devices("", ZINC_PIN) == ("ZINC0", "ZINC1")
+    assert _zinc_devices("", ZINC_PIN) == ("Vulkan0", "Vulkan1")  # zinc's -d is the Vulkan index
     assert ADAPTERS["llama-server"].probe("/p/llama-server") == ["/p/llama-server", "--list-devices"]
     assert ADAPTERS["zinc"].probe("/p/zinc") == ["/p/zinc", "--check"]
     assert ADAPTERS["ds4"].parse_devices is None and not ADAPTERS["npu"].proven
@@ -183,9 +233,13 @@ def test_serve_execs_zinc_with_its_own_argv(models, tmp_path):
     rec = tmp_path / "rec"
     rec.mkdir()
     env = {**os.environ, "ONEBIT_STUB_RECORD": str(rec), "PYTHONPATH": str(SRC)}
-    r = subprocess.run([sys.executable, "-m", "onebit.cli", "serve", "-m", str(models["dense"]), "--device", "zinc",
-                        "--port", "8123", "-c", "2048", "--manifest", str(manifest)],
-                       env=env, capture_output=True, text=True, timeout=60, check=False)
+    serve = [sys.executable, "-m", "onebit.cli", "serve", "-m", str(models["dense"]), "--device", "zinc",
+             "--port", "8123", "-c", "2048", "--manifest", str(manifest)]
+    r = subprocess.run(serve, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 3 and list(rec.iterdir()) == []  # zinc listens on every interface: refused, nothing ran
+    assert r.stderr == ("1bit serve: refused: --device zinc: zinc has no --host option and listens on 0.0.0.0:8123 "
+                        "(every interface, no authentication); add --allow-remote to run it anyway\n")
+    r = subprocess.run(serve + ["--allow-remote"], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "1bit serve: zinc: zinc has no --host option: it listens on 0.0.0.0:8123, not only on 127.0.0.1\n"
     got = json.loads((rec / "8123.json").read_text())
@@ -216,3 +270,38 @@ def free_port_for_test() -> int:
     from serve_fixtures import free_port
 
     return free_port()
+
+
+def test_serve_runs_zinc_behind_the_proxy_under_an_alias(models, tmp_path):
+    """`1bit serve --device zinc --alias NAME --allow-remote` (Lemonade's form, with its onebit_args): the proxy
+    answers /health and chat under the alias on the public port; zinc (the recording stub) gets no "model"."""
+    import requests
+    from serve_fixtures import free_port, wait_http
+
+    prefix = tmp_path / "prefix"
+    p = prefix / "libexec/onebit/zinc/bin/zinc"
+    p.parent.mkdir(parents=True)
+    p.write_text(f"#!{sys.executable}\n" + STUB.read_text())
+    p.chmod(0o755)
+    manifest = write_manifest(prefix, ["zinc"], layout="per-backend")
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    port = free_port()
+    env = {**os.environ, "ONEBIT_STUB_RECORD": str(rec), "ONEBIT_STUB_SERVE": "1", "PYTHONPATH": str(SRC)}
+    serve = subprocess.Popen([sys.executable, "-m", "onebit.cli", "serve", "-m", str(models["dense"]), "--device",
+                              "zinc", "--port", str(port), "--alias", "Qwen3-0.6B-GGUF", "--allow-remote",
+                              "--manifest", str(manifest)], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", timeout=30)
+        r = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                          json={"model": "Qwen3-0.6B-GGUF", "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200 and r.headers["X-1bit-Route"] == "main"
+        assert r.json()["received"] == {"messages": [{"role": "user", "content": "hi"}]}  # no "model" reached zinc
+        (child,) = [json.loads(f.read_text()) for f in rec.glob("*.json")]
+        zinc_port = child["argv"][child["argv"].index("-p") + 1]
+        assert child["argv"][1:] == ["-m", str(models["dense"]), "-p", zinc_port, "-d", "0"]
+        assert int(zinc_port) != port and r.json()["port"] == int(zinc_port)
+    finally:
+        serve.terminate()
+        _, err = serve.communicate(timeout=20)
+    assert "zinc has no --host option" in err

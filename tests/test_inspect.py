@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,47 @@ def test_missing_and_directory(tmp_path):
         inspect_model(tmp_path / "nope.gguf")
     with pytest.raises(ModelError, match="is a directory"):
         inspect_model(tmp_path)
+
+
+def _special(tmp_path, kind):
+    """A path of the given kind; (path, what the refusal calls it, things to clean up)."""
+    import socket
+
+    if kind == "fifo":
+        path = tmp_path / "model.gguf"
+        os.mkfifo(path)
+        return path, "a FIFO (named pipe)", []
+    if kind == "fifo-symlink":
+        fifo = tmp_path / "pipe"
+        os.mkfifo(fifo)
+        path = tmp_path / "model.gguf"
+        path.symlink_to(fifo)
+        return path, "a FIFO (named pipe)", []
+    if kind == "socket":
+        path = tmp_path / "model.gguf"
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(str(path))
+        s.listen(1)
+        return path, "a socket", [s]
+    if kind == "char-device":
+        return Path("/dev/null"), "a character device", []
+    return tmp_path, "a directory", []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "fifo-symlink", "socket", "char-device", "directory"])
+def test_a_path_that_is_not_a_regular_file_is_refused_without_opening_it(tmp_path, kind):
+    """A FIFO with no writer blocks open() for ever: the refusal comes from stat, in a child with a deadline."""
+    path, what, keep = _special(tmp_path, kind)
+    code = ("import sys\nfrom onebit.errors import ModelError\nfrom onebit.inspect import inspect_model\n"
+            "try:\n    inspect_model(sys.argv[1])\nexcept ModelError as e:\n    print(e)\n")
+    try:
+        r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=20,
+                           cwd=Path(__file__).resolve().parent.parent)
+    finally:
+        for k in keep:
+            k.close()
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == f"model path is {what}, not a regular file: {path}\n"
 
 
 def test_tiny_gguf_cli(tmp_path):

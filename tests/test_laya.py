@@ -251,7 +251,10 @@ def test_shipped_policy_plan_is_one_vulkan_child_behind_the_laya_proxy(models, s
 
 
 def test_policy_devices_become_children_and_missing_ones_fall_back(models, strix, tmp_path):
-    p = laya_plan(models, strix, TEST_POLICY)
+    # the policy sends prose to zinc, which listens on every interface: that needs --allow-remote, like any remote bind
+    r = laya_plan(models, strix, TEST_POLICY)
+    assert isinstance(r, Refusal) and r.rule == "remote-bind" and r.message.startswith("--device zinc: zinc has no")
+    p = laya_plan(models, strix, TEST_POLICY, allow_remote=True)
     assert [(c.role, c.backend, c.adapter) for c in p.children] == [
         ("vulkan", "vulkan", "llama-server"), ("hrx", "hrx", "llama-server"), ("zinc", "zinc", "zinc"),
         ("cpu", "cpu", "llama-server"), ("rocm", "rocm", "llama-server")]
@@ -263,7 +266,7 @@ def test_policy_devices_become_children_and_missing_ones_fall_back(models, strix
 
 
 def test_device_flag_replaces_the_policy_default(models, strix):
-    p = laya_plan(models, strix, TEST_POLICY, device="cpu")
+    p = laya_plan(models, strix, TEST_POLICY, device="cpu", allow_remote=True)  # zinc: see above
     assert p.proxy.laya.default == "cpu" and p.children[0].role == "cpu"
 
 

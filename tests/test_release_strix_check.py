@@ -59,9 +59,6 @@ def onebit_check(prefix: Path, devices: str) -> subprocess.CompletedProcess:
                            str(prefix / "share/onebit/manifest.json")], capture_output=True, text=True, env=env, timeout=300)
 
 
-@pytest.mark.xfail(strict=True, reason="needs two changes from other helpers: `1bit check` reporting unproven apart "
-                                       "from failed (onebit/, serve-side), and the manifest schema listing the ds4-cpu "
-                                       "and ds4-rocm backends the ds4 recipes provide (schemas/)")
 def test_strix_prefix_passes_1bit_check_with_npu_unproven(tmp_path):
     prefix = plan_only_prefix(tmp_path, tmp_path / "tc")
     proc = onebit_check(prefix, "HRX0 Vulkan0 ROCm0 ZINC0 NPU0")

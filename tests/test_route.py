@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from serve_fixtures import STRIX, models, per_backend_layout, write_manifest  # noqa: F401  (models is a fixture)
 
+from onebit.bundles import BUNDLES
 from onebit.inspect import inspect_model
-from onebit.manifest import load_manifest
+from onebit.manifest import Backend, Manifest, load_manifest
 from onebit.recipes import default_recipes_path, load_recipes, parse_recipes
 from onebit.route import LaunchPlan, Refusal, RouteEnv, ServeFlags, route, split_options
 
@@ -114,7 +116,8 @@ EXEC_TABLE = [
                                                     "extra": ("--draft-p-min", "0.1")}, "rocm", "ROCm0",
      ["--spec-type", "draft-dflash", "-md", "@draft16", "-ngld", "99", "--spec-draft-n-max", "15",
       "--draft-p-min", "0.1"], {}),
-    ("host-port-exec", "dense", "strix", {"host": "0.0.0.0", "port": 9123}, "vulkan", "Vulkan0", [], {}),
+    ("host-port-exec", "dense", "strix", {"host": "0.0.0.0", "port": 9123, "allow_remote": True}, "vulkan",
+     "Vulkan0", [], {}),
 ]
 
 
@@ -359,3 +362,193 @@ def test_every_strix_backend_runs_its_own_binary(models, bundles):
     for dev in ("vulkan", "hrx", "rocm", "cpu"):
         seen[dev] = run(models, bundles, device=dev).children[0].binary
     assert len(set(seen.values())) == len(seen), seen
+
+
+# --- which bundle holds what (onebit/data/bundles.json), checked against the bundle and recipe files ------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_bundles_data_matches_the_bundle_and_recipe_files():
+    """The serve side's copy of "which bundle holds which backend" is what bundles/*.yaml and recipes/*.yaml build."""
+    from builders.config import load_project
+
+    project = load_project(REPO)
+    assert set(BUNDLES) == set(project.bundles)
+    for name, bundle in project.bundles.items():
+        want = {v.backend: (v.adapter, sorted(v.binaries)) for v in project.variants(bundle) if v.backend}
+        got = {b: (adapter, sorted(programs)) for b, (adapter, programs) in BUNDLES[name].backends.items()}
+        assert got == want, name
+        assert BUNDLES[name].package == f"onebit-bundle-{name}"
+
+
+def test_manifest_schema_accepts_every_backend_a_bundle_builds():
+    from onebit.manifest import schema
+
+    names = set(schema()["properties"]["backends"]["propertyNames"]["enum"])
+    assert {b for info in BUNDLES.values() for b in info.backends} <= names
+
+
+def test_ds4_variants_serve_1bp_packages(models):
+    """The ds4 recipe's variants provide ds4-rocm and ds4-cpu (strix holds both): a 1BP package goes to the GPU one."""
+    facts = inspect_model(models["pkg"])
+    for held, want, backend_flag in ((("ds4-rocm", "ds4-cpu", "cpu"), "ds4-rocm", "rocm"),
+                                     (("ds4-cpu", "cpu"), "ds4-cpu", "cpu")):
+        m = Manifest(path=Path("/p/share/onebit/manifest.json"), prefix=Path("/p"), bundle="strix", version="1",
+                     build_number=0, platform="linux-64",
+                     backends={b: Backend(name=b, binaries={"ds4-server": f"libexec/onebit/{b}/bin/ds4-server"}
+                                          if b.startswith("ds4") else {"llama-server": "x/llama-server"},
+                                          devices=("ROCm0",) if b == "ds4-rocm" else ("CPU",),
+                                          adapter="ds4" if b.startswith("ds4") else "llama-server")
+                               for b in held})
+        plan = route(facts, ServeFlags(model=facts.path), m, RouteEnv())
+        assert isinstance(plan, LaunchPlan), plan
+        (c,) = plan.children
+        assert (c.backend, c.adapter, c.argv[0]) == (want, "ds4", f"/p/libexec/onebit/{want}/bin/ds4-server")
+        assert c.argv[c.argv.index("--backend") + 1] == backend_flag
+
+
+# --- the engine's Lemonade backend (1bit-MONSTER/lemonade, src/cpp/server/backends/onebit/onebit_server.cpp) -----------
+# OnebitServer::load runs `1bit serve -m M --port P --device D --alias NAME [--ctx-size N] [--embedding|--reranking]`
+# (+ the onebit_args option, split on spaces); D is its onebit_backend option (auto, hrx, npu; `cuda` is sent as zinc).
+# Every form on every bundle: a launch plan, or one line that says what to install.
+
+LEMONADE_DEVICES = ("auto", "hrx", "npu", "zinc")
+LEMONADE_MODES = ((), ("--embedding",), ("--reranking",))
+
+
+def _lemonade_argv(model, device, mode, ctx, extra=()):
+    argv = ["-m", str(model), "--port", "8765", "--device", device, "--alias", "Qwen3-0.6B-GGUF"]
+    return argv + (["--ctx-size", str(ctx)] if ctx else []) + list(mode) + list(extra)
+
+
+@pytest.fixture(scope="module")
+def shipped_bundles(tmp_path_factory):
+    """A manifest per bundle of onebit/data/bundles.json (the backends its recipes build), per-backend layout."""
+    from onebit.manifest import schema
+
+    accepted = set(schema()["properties"]["backends"]["propertyNames"]["enum"])
+    out = {}
+    for name, info in BUNDLES.items():
+        p = tmp_path_factory.mktemp(f"shipped-{name}")
+        out[name] = write_manifest(p, [b for b in info.backends if b in accepted], bundle=name, layout="per-backend")
+    return out
+
+
+def _serve_plan(shipped_bundles, bundle, argv):
+    from onebit.cli import plan_from_args
+
+    env = {"ONEBIT_MANIFEST": str(shipped_bundles[bundle]), "PATH": ""}
+    plan, _ = plan_from_args(argv, env)
+    return plan
+
+
+STRIX_INSTALL = "is in the strix bundle: install onebit-bundle-strix"
+NO_NPU_PROGRAM = ("no bundle serves it yet: the strix bundle's npu backend ships amdxdna.ko, xrt-plugin, "
+                  "not npu-server")
+# (device, bundle) -> ("exec", backend, the --device llama-server gets) | ("refused", rule, the message)
+LEMONADE_TABLE = {
+    ("auto", "cpu"): ("exec", "cpu", None),
+    ("auto", "vulkan"): ("exec", "vulkan", "Vulkan0"),
+    ("auto", "nvidia"): ("exec", "cuda", "CUDA0"),
+    ("auto", "strix"): ("exec", "vulkan", "Vulkan0"),
+    ("hrx", "cpu"): ("refused", "device-missing", f"--device hrx: this bundle (cpu) has no hrx backend (has: cpu); "
+                     f"hrx {STRIX_INSTALL}"),
+    ("hrx", "vulkan"): ("refused", "device-missing", "--device hrx: this bundle (vulkan) has no hrx backend "
+                        f"(has: cpu, vulkan); hrx {STRIX_INSTALL}"),
+    ("hrx", "nvidia"): ("refused", "device-missing", "--device hrx: this bundle (nvidia) has no hrx backend "
+                        f"(has: cpu, cuda); hrx {STRIX_INSTALL}"),
+    ("hrx", "strix"): ("exec", "hrx", "HRX0"),
+    ("npu", "cpu"): ("refused", "device-missing", f"--device npu: this bundle (cpu) has no npu backend (has: cpu); "
+                     f"{NO_NPU_PROGRAM}"),
+    ("npu", "vulkan"): ("refused", "device-missing", "--device npu: this bundle (vulkan) has no npu backend "
+                        f"(has: cpu, vulkan); {NO_NPU_PROGRAM}"),
+    ("npu", "nvidia"): ("refused", "device-missing", "--device npu: this bundle (nvidia) has no npu backend "
+                        f"(has: cpu, cuda); {NO_NPU_PROGRAM}"),
+    ("npu", "strix"): ("refused", "no-program", "the npu backend of this bundle lists no npu-server program for its "
+                       "npu adapter (it ships: amdxdna.ko); nothing to launch for --device npu"),
+    ("zinc", "cpu"): ("refused", "device-missing", f"--device zinc: this bundle (cpu) has no zinc backend (has: cpu); "
+                      f"zinc {STRIX_INSTALL}"),
+    ("zinc", "vulkan"): ("refused", "device-missing", "--device zinc: this bundle (vulkan) has no zinc backend "
+                         f"(has: cpu, vulkan); zinc {STRIX_INSTALL}"),
+    # Lemonade sends zinc for NVIDIA; the nvidia bundle has no zinc (if it ships zinc one day, this row changes)
+    ("zinc", "nvidia"): ("refused", "device-missing", "--device zinc: this bundle (nvidia) has no zinc backend "
+                         f"(has: cpu, cuda); zinc {STRIX_INSTALL}"),
+    # zinc listens on every interface (no --host): it needs --allow-remote, like any remote bind (see below)
+    ("zinc", "strix"): ("refused", "remote-bind", "--device zinc: zinc has no --host option and listens on 0.0.0.0:"),
+}
+
+
+def test_lemonade_table_covers_every_form_and_bundle():
+    assert set(LEMONADE_TABLE) == {(d, b) for d in LEMONADE_DEVICES for b in BUNDLES}
+
+
+@pytest.mark.parametrize("mode", LEMONADE_MODES, ids=lambda m: m[0] if m else "chat")
+@pytest.mark.parametrize("ctx", [None, 4096], ids=["no-ctx", "ctx"])
+@pytest.mark.parametrize("device,bundle", sorted(LEMONADE_TABLE), ids=lambda x: x)
+def test_lemonade_forms(models, shipped_bundles, device, bundle, ctx, mode):
+    want = LEMONADE_TABLE[(device, bundle)]
+    plan = _serve_plan(shipped_bundles, bundle, _lemonade_argv(models["dense"], device, mode, ctx))
+    if want[0] == "refused":
+        assert isinstance(plan, Refusal), plan
+        if device == "zinc" and bundle == "strix" and mode:  # zinc serves chat only: that is said first
+            assert plan.rule == "adapter-option" and plan.message == (
+                f"{mode[0]}: zinc (the zinc backend) serves chat only; an embedding or reranking model needs a "
+                "llama-server backend (--device auto)")
+            return
+        assert plan.rule == want[1] and "\n" not in plan.message
+        assert plan.message.startswith(want[2]), plan.message
+        if want[1] == "device-missing" and device != "npu":
+            assert plan.message.endswith("install onebit-bundle-strix")
+        return
+    assert isinstance(plan, LaunchPlan), plan
+    _, backend, dev = want
+    (c,) = plan.children
+    argv = list(c.argv)
+    assert (plan.mode, c.backend, c.adapter) == ("exec", backend, "llama-server")
+    assert argv[argv.index("--port") + 1] == "8765" and argv[argv.index("--alias") + 1] == "Qwen3-0.6B-GGUF"
+    assert (argv[argv.index("--device") + 1] if "--device" in argv else None) == dev
+    assert (argv[argv.index("-c") + 1] if "-c" in argv else None) == (str(ctx) if ctx else None)
+    assert [a for a in argv if a in ("--embedding", "--reranking")] == list(mode)
+
+
+def test_lemonade_zinc_with_allow_remote_runs_behind_the_proxy(models, shipped_bundles):
+    """With --allow-remote (Lemonade's onebit_args), --device zinc --alias runs: zinc has no alias and loads the model a
+    request names, so the proxy answers under the alias on the public port and drops "model" before zinc."""
+    plan = _serve_plan(shipped_bundles, "strix",
+                       _lemonade_argv(models["dense"], "zinc", (), 4096, extra=("--allow-remote",)))
+    assert isinstance(plan, LaunchPlan), plan
+    (c,) = plan.children
+    assert plan.mode == "proxy" and plan.proxy.policy == "single"
+    assert (plan.proxy.host, plan.proxy.port, plan.proxy.alias) == ("127.0.0.1", 8765, "Qwen3-0.6B-GGUF")
+    assert (c.adapter, c.host, c.bind, c.drop_model) == ("zinc", "127.0.0.1", "0.0.0.0", True)
+    assert list(c.argv[1:]) == ["-m", str(models["dense"]), "-p", str(c.port), "-d", "0", "-c", "4096"]
+    assert c.port != 8765
+
+
+# --- listening beyond loopback needs --allow-remote, whatever program listens ------------------------------------------
+
+# (id, bundle, flags, refused?) for the pure route (the CLI also refuses --host strings before reading any file)
+REMOTE_TABLE = [
+    ("loopback-exec", "strix", {}, False),
+    ("lan-host-exec", "strix", {"host": "192.0.2.7"}, True),
+    ("lan-host-allowed", "strix", {"host": "192.0.2.7", "allow_remote": True}, False),
+    ("host-in-extra", "strix", {"extra": ("--host", "0.0.0.0")}, True),
+    ("zinc-loopback-host", "strix", {"device": "zinc"}, True),  # zinc binds 0.0.0.0 whatever --host says
+    ("zinc-alias-proxy", "strix", {"device": "zinc", "alias": "a"}, True),  # behind the proxy, still 0.0.0.0
+    ("zinc-allowed", "strix", {"device": "zinc", "allow_remote": True}, False),
+    ("proxy-public-host", "strix", {"long_model": "moe", "host": "0.0.0.0"}, True),
+    ("proxy-loopback", "strix", {"long_model": "moe"}, False),
+]
+
+
+@pytest.mark.parametrize("case", REMOTE_TABLE, ids=[c[0] for c in REMOTE_TABLE])
+def test_remote_binds_need_allow_remote(models, bundles, case):
+    _, bundle, flags, refused = case
+    plan = run(models, bundles, bundle=bundle, **dict(flags))
+    if refused:
+        assert isinstance(plan, Refusal) and plan.rule == "remote-bind", plan
+        assert "--allow-remote" in plan.message and "\n" not in plan.message
+    else:
+        assert isinstance(plan, LaunchPlan), plan
+        assert all(c.bind for c in plan.children)

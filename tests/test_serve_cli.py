@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -198,14 +199,54 @@ def test_manifest_env_override(bundle, models, tmp_path):
     assert json.loads(r.stdout)["children"][0]["backend"] == "vulkan"
 
 
-def test_version(bundle):
+def test_version_is_one_line(bundle):
+    """Lemonade's onebit backend (onebit_server.cpp resolve_version) runs `1bit version 2>/dev/null` and takes the text
+    after the first space of ALL of stdout as the version: exactly one line, `1bit <version>`."""
     prefix, rec = bundle
     r = onebit(prefix, "version", env=env_for(rec))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "1bit 1.2.3\n", "")
+    out = r.stdout
+    assert out[out.find(" ") + 1:].rstrip("\n") == "1.2.3"  # what Lemonade reads
+
+
+def test_version_verbose(bundle):
+    prefix, rec = bundle
+    r = onebit(prefix, "version", "--verbose", env=env_for(rec))
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()
-    assert out[0] == "1bit 1.2.3"  # Lemonade's onebit backend: the version is the text after the first space
-    assert out[1] == "bundle test 1.2.3 (build 4, linux-64)"
-    assert out[-1].startswith("onebit ") and out[-1] != "onebit unknown"
+    assert out[0] == "1bit 1.2.3"
+    assert out[1] == f"bundle test 1.2.3 (build 4, linux-64) at {prefix.resolve()}"
+    assert out[2].startswith("  cpu 0.0.1 000000000000")
+    assert out[-1].startswith("onebit ") and "unknown" not in out[-1]
+
+
+def test_version_inside_a_bundle_is_the_bundles(tmp_path):
+    """In a bundle the onebit package is plain files under <prefix>/lib/onebit/python (no dist-info): its version is
+    the bundle's, from the manifest, never `unknown` and never a checkout's."""
+    import shutil
+
+    prefix = tmp_path / "prefix"
+    write_manifest(prefix, ["cpu"], version="2026.49")
+    site = prefix / "lib" / "onebit" / "python"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "onebit", site / "onebit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    launcher = prefix / "bin" / "1bit"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                        "sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))),"
+                        " 'lib', 'onebit', 'python'))\nfrom onebit.cli import main\nsys.exit(main())\n")
+    launcher.chmod(0o755)
+    env = env_for(tmp_path)
+    r = onebit(prefix, "version", env=env)
+    assert (r.returncode, r.stdout) == (0, "1bit 2026.49\n")
+    r = onebit(prefix, "version", "--verbose", env=env)
+    assert r.stdout.splitlines()[-1] == "onebit 2026.49", r.stdout
+
+
+def test_version_without_a_bundle(tmp_path):
+    r = subprocess.run(ONEBIT + ["version", "--manifest", str(tmp_path / "none.json")], capture_output=True, text=True)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1 and r.stdout.startswith("1bit ")
+    assert "unknown" not in r.stdout
 
 
 def test_proxied_long_model_with_stubs(bundle, models):
@@ -298,3 +339,64 @@ def test_sigkill_serve_kills_stub_children(bundle, models):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+# --- `1bit serve --help`: what the installed bundle can do, every option with a line ----------------------------------
+
+
+def test_every_serve_option_has_a_help_line():
+    from onebit.cli import _serve_parser
+
+    for action in _serve_parser()._actions:
+        assert action.help and action.help.strip() and action.help != argparse.SUPPRESS, action.option_strings
+
+
+def _help(manifest: Path, tmp_path) -> str:
+    r = subprocess.run(ONEBIT + ["serve", "--help", "--manifest", str(manifest)], capture_output=True, text=True,
+                       env=env_for(tmp_path, COLUMNS="200"), timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    return r.stdout
+
+
+BUNDLE_ONLY = ("--prefill-device", "--prefill-min-tokens", "--moe-slots", "--adaptive", "--adaptive-at", "--laya",
+               "--laya-model", "--route-policy")
+
+
+def test_help_lists_only_what_a_cpu_bundle_can_do(tmp_path):
+    out = _help(write_manifest(tmp_path / "cpu", ["cpu"], layout="per-backend"), tmp_path)
+    assert "--device {auto,cpu}" in out
+    for opt in BUNDLE_ONLY:
+        assert opt not in out, opt
+    assert "every option is listed" not in out
+
+
+def test_help_on_strix_offers_no_npu_and_no_laya_without_its_checkpoint(tmp_path):
+    prefix = tmp_path / "strix"
+    m = write_manifest(prefix, ["vulkan", "hrx", "rocm", "lean-vulkan", "npu", "zinc", "ds4", "cpu"],
+                       layout="per-backend")
+    out = _help(m, tmp_path)
+    # npu: the backend ships the driver, no program that serves a model
+    assert "--device {auto,vulkan,hrx,rocm,zinc,ds4,cpu}" in out and "npu" not in out
+    for opt in ("--prefill-device", "--moe-slots", "--adaptive"):
+        assert opt in out, opt
+    assert "--laya" not in out and "--route-policy" not in out
+    (prefix / "share" / "laya" / "checkpoint").mkdir(parents=True)  # the bundle's Laya checkpoint: Laya is offered
+    out = _help(m, tmp_path)
+    assert "--laya " in out and "--route-policy" in out
+
+
+def test_help_without_a_manifest_lists_everything_and_says_so(tmp_path):
+    out = _help(tmp_path / "none.json", tmp_path)
+    assert "every option is listed" in " ".join(out.split())
+    for opt in BUNDLE_ONLY:
+        assert opt in out, opt
+    assert "npu" in out
+
+
+def test_hidden_options_are_still_refused_by_route_not_passed_through(bundle, models, tmp_path):
+    """An option --help hides on this bundle is still parsed (never handed to llama-server as an unknown one):
+    route refuses it in one line."""
+    m = write_manifest(tmp_path / "cpu", ["cpu"], layout="per-backend")
+    r = subprocess.run(ONEBIT + ["serve", "-m", str(models["moe"]), "--moe-slots", "4", "--manifest", str(m),
+                                 "--dry-run"], capture_output=True, text=True, env=env_for(tmp_path), timeout=60)
+    assert r.returncode == 3 and "--moe-slots works on vulkan only" in r.stderr

@@ -12,7 +12,8 @@ Environment:
   ONEBIT_STUB_DEVICES  comma-separated device names: `--list-devices` prints them as llama-server does
                        ("Available devices:" then "  <name>: <description>"); `--check` prints them as zinc's Vulkan
                        enumeration does ("GPU <i>: <name> | VRAM ..." on stderr, for names ending in <i>)
-It also reads zinc's port spelling (-p).
+It also reads zinc's port spelling (-p). `--help` prints a usage naming --port, as ds4-server's does. Every probe
+(--list-devices, --check, --help) is appended to ONEBIT_STUB_RECORD/probes.jsonl.
   ONEBIT_STUB_KEEPALIVE_MAX N: a keep-alive connection serves N requests; the next request that arrives on it is
                       not answered, the connection is closed (a server closing an idle connection just as the
                       client reuses it: what a pooled client must survive)
@@ -34,9 +35,22 @@ def opt(argv, *names, default=None):
     return default
 
 
+def record_probe(argv):
+    """A probe (--list-devices, --check, --help) is recorded too: ONEBIT_STUB_RECORD/probes.jsonl, one argv a line."""
+    rec = os.environ.get("ONEBIT_STUB_RECORD")
+    if rec:
+        with open(os.path.join(rec, "probes.jsonl"), "a") as f:
+            f.write(json.dumps(argv) + "\n")
+
+
 def main():
     argv = sys.argv
     devices = [d for d in os.environ.get("ONEBIT_STUB_DEVICES", "").split(",") if d]
+    if {"--list-devices", "--check", "--help"} & set(argv):
+        record_probe(argv)
+    if "--help" in argv:  # as ds4-server's usage(): names its options, exits 0
+        print("Usage: ds4-server [options]\n  --host HOST\n  --port N")
+        return 0
     if "--list-devices" in argv:
         print("Available devices:")
         for d in devices:
