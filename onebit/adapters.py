@@ -111,7 +111,11 @@ LLAMA_SERVER = Adapter(
 # `zinc --check` enumerates the Vulkan devices ("GPU <i>: <name> | VRAM ..."); <i> is the Vulkan index, the device
 # the manifest lists as Vulkan<i> (recipes/zinc.yaml provides devices [Vulkan0]).
 
-_ZINC_GPU = re.compile(r"GPU (\d+):")
+# zinc --check at the pin (src/diagnostics.zig printVulkanProbe): "  Visible GPUs: <n>" and "  Selected GPU: #<i> <name>";
+# zinc's -d is the index into those n Vulkan devices. Its instance log ("GPU <i>: <name>", src/vulkan/instance.zig) is
+# debug-level, which a ReleaseFast build never prints; it is still read where a debug build prints it.
+_ZINC_VISIBLE = re.compile(r"^\s*Visible GPUs: (\d+)\s*$", re.MULTILINE)
+_ZINC_GPU = re.compile(r"(?:^|\s)GPU (\d+):")
 
 
 def _device_index(device: str | None) -> str:
@@ -130,7 +134,11 @@ def _zinc(d: Decision) -> Command:
 
 
 def _zinc_devices(stdout: str, stderr: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(f"Vulkan{m.group(1)}" for m in _ZINC_GPU.finditer(stdout + "\n" + stderr)))
+    text = stdout + "\n" + stderr
+    visible = _ZINC_VISIBLE.search(text)
+    if visible:
+        return tuple(f"Vulkan{i}" for i in range(int(visible.group(1))))
+    return tuple(dict.fromkeys(f"Vulkan{m.group(1)}" for m in _ZINC_GPU.finditer(text)))
 
 
 ZINC = Adapter(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ VERSIONS = {
     "glslc": "shaderc v2023.8 v2023.8\nspirv-tools v2023.6 v2023.6\nglslang 14.2.0",
     "zig": "0.15.2",
 }
-HARDWARE = "HRX0 Vulkan0 ROCm0 ZINC0 NPU0"  # the Strix Halo runner's devices (shim llama-server, zinc, xrt-smi)
+HARDWARE = "HRX0 Vulkan0 ROCm0 NPU0"  # the Strix Halo runner's devices (shim llama-server, zinc, xrt-smi)
 
 CMAKELISTS = """\
 cmake_minimum_required(VERSION 3.16)
@@ -173,7 +174,7 @@ def recipes(tc: Path) -> dict[str, dict]:
                         build={"kind": "zig", "options": {"optimize": "ReleaseFast", "shaders": True}, "targets": ["install"]},
                         stage={"install": "build-system", "root": "libexec/onebit/{variant}",
                                "keep": ["bin/zinc", "share/zinc/shaders/*.spv"], "binaries": {"zinc": "bin/zinc"}},
-                        provides={"backend": "zinc", "adapter": "zinc", "devices": ["ZINC0"], "features": []},
+                        provides={"backend": "zinc", "adapter": "zinc", "devices": ["Vulkan0"], "features": []},
                         tests=[{"name": "zinc prints its usage", "run": ["bin/zinc", "--help"], "expect": "ZINC"}],
                         hardware_checklist=["nox -s build-strix -- --only zinc",
                                             "cd <prefix>/libexec/onebit/zinc && bin/zinc --check   # the Radeon 8060S",
@@ -246,8 +247,7 @@ class Fixture:
         """A folder of recording shims named `tools`, for a runner's PATH."""
         dest.mkdir(parents=True, exist_ok=True)
         for t in tools:
-            if not (dest / t).exists():
-                (dest / t).symlink_to(SHIM)
+            _link(dest / t, SHIM)
         return dest
 
     def strix_venv(self, dest: Path, venv: Path) -> Path:
@@ -256,10 +256,36 @@ class Fixture:
         compilers records its calls instead."""
         (dest / "bin").mkdir(parents=True, exist_ok=True)
         for entry in sorted((venv / "bin").iterdir()):
-            try:  # the strix jobs run at once and each makes sure the runner's venv is there
-                (dest / "bin" / entry.name).symlink_to(SHIM if entry.name == "cmake" else entry)
-            except FileExistsError:
-                pass
+            _link(dest / "bin" / entry.name, SHIM if entry.name == "cmake" else entry)
+        return dest
+
+    def upstream_release(self, tag: str) -> str:
+        """A new upstream commit, tagged `tag` (what the pin bot's bumps move to); the pinned one stays as it is."""
+        (self.upstream / "NEWS").write_text(f"{tag}: the fixture upstream moved\n")
+        git(self.upstream, "add", "NEWS")
+        git(self.upstream, "commit", "-qm", f"upstream {tag}")
+        git(self.upstream, "tag", tag)
+        return git(self.upstream, "rev-parse", "HEAD")
+
+    def bump_branch(self, pin: str, commit: str, tag: str) -> tuple[str, str]:
+        """The pin bot's proposal as it pushes one: a branch `bump/<pin>-<sha12>` off main moving that pin alone
+        (pins.yaml edited by the bot's own line editor). Returns (branch, head commit)."""
+        from builders.pins.decide import Edit
+        from builders.pins.edit import edit_pins
+
+        branch = f"bump/{pin}-{commit[:12]}"
+        git(self.repo, "checkout", "-q", "-b", branch, "main")
+        pins = self.repo / "pins.yaml"
+        pins.write_text(edit_pins(pins.read_text(), [Edit(("pins", pin, "commit"), commit), Edit(("pins", pin, "tag"), tag)],
+                                  where=pins))
+        git(self.repo, "commit", "-qam", f"Bump {pin} to {tag} ({commit[:12]})")
+        head = git(self.repo, "rev-parse", "HEAD")
+        git(self.repo, "checkout", "-q", "main")
+        return branch, head
+
+    def origin(self, dest: Path) -> Path:
+        """The project as GitHub holds it: a bare repository with every branch, that the jobs clone and push to."""
+        subprocess.run(["git", "clone", "--quiet", "--bare", str(self.repo), str(dest)], check=True, capture_output=True)
         return dest
 
     def strix_env(self) -> dict[str, str]:
@@ -268,6 +294,14 @@ class Fixture:
                 "ONEBIT_DS4_ROCM_TOOLCHAIN": str(self.tc / "therock"), "XILINX_XRT": str(self.tc / "xrt"),
                 "ONEBIT_KERNEL_BUILD": str(self.tc / "kernel"), "ONEBIT_SHIM_DEVICES": HARDWARE,
                 "ONEBIT_SHIM_COMMIT": self.commit[:7]}
+
+
+def _link(path: Path, target: Path) -> None:
+    """A symlink, once: the runner models of jobs that start together make the same links at the same time."""
+    try:
+        path.symlink_to(target)
+    except FileExistsError:
+        pass
 
 
 def _toolchains(tc: Path) -> None:

@@ -163,6 +163,19 @@ Available devices:
 ZINC_PIN = """info: GPU 0: AMD Radeon 8060S | VRAM: 65536 MB | vendor: 0x1002
 info: GPU 1: llvmpipe | VRAM: 0 MB | vendor: 0x10005
 """
+# `zinc --check` of the ReleaseFast build at the pin, as it printed on Mesa's lavapipe (Debian 12, one Vulkan device)
+ZINC_CHECK_LAVAPIPE = """
+=== ZINC System Diagnostics ===
+
+[4/5] Vulkan Device
+  Checking Vulkan loader, device enumeration, and logical device init...
+  Vulkan: Instance and logical device initialized [OK]
+  Visible GPUs: 1
+  Selected GPU: #0 llvmpipe (LLVM 15.0.6, 256 bits)
+  Queue family: 0
+  GPU tuning: unknown | 2048 MB VRAM | 0 GB/s | wave32 | coopmat=no [OK]
+  Step time: 309.50 ms
+"""
 
 
 # --- the ONE `llama-server --list-devices` parser (onebit.adapters.list_devices; builders/stage.py uses it) ----------
@@ -214,6 +227,9 @@ def test_device_parsers():
     assert _llama_devices(LLAMA_LIST, "") == ("Vulkan0", "HRX0")
     assert _llama_devices("Available devices:\n", "") == ()
     assert _zinc_devices("", ZINC_PIN) == ("Vulkan0", "Vulkan1")  # zinc's -d is the Vulkan index
+    assert _zinc_devices(ZINC_CHECK_LAVAPIPE, "") == ("Vulkan0",)
+    assert _zinc_devices(ZINC_CHECK_LAVAPIPE.replace("Visible GPUs: 1", "Visible GPUs: 2"), "") == ("Vulkan0", "Vulkan1")
+    assert _zinc_devices("  Visible GPUs: 0\n", "") == ()
     assert ADAPTERS["llama-server"].probe("/p/llama-server") == ["/p/llama-server", "--list-devices"]
     assert ADAPTERS["zinc"].probe("/p/zinc") == ["/p/zinc", "--check"]
     assert ADAPTERS["ds4"].parse_devices is None and not ADAPTERS["npu"].proven

@@ -1,12 +1,14 @@
 """release.yml against the real project (read from both files, nothing built): every job body is one command of ours,
 every variant of every released bundle is built by exactly one job (CUDA once per architecture of the recipe's release
-set), the hardware-gated jobs gate what they build, and the final job assembles from every build job's artifact."""
+set), the hardware-gated jobs gate what they build, the final job assembles from every build job's artifact, and every
+job that builds or releases works on the one commit the first job (the bump merge) settled on."""
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import yaml
 from workflow_replay import classify, load_jobs, substitute
 
@@ -14,12 +16,17 @@ from builders import config
 from builders.host import HostFacts, ToolFact
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
+from builders.release import bumps
+from builders.release.changes import BumpResult
 from builders.release.cli import _words
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 GATED = {"hrx", "lean", "xdna", "zinc", "ds4-rocm"}  # issue 15: the jobs gated on Strix Halo hardware
 PROJECT = config.load_project(ROOT)
+COMMIT = "c0ffee" * 6 + "c0ff"  # what the first job's `commit` output stands for here
+BUMPS_PERMISSIONS = {"contents": "write", "pull-requests": "read", "checks": "read", "statuses": "read",
+                     "actions": "read"}  # the bump merge's needs (docs/pins.md): push; read PRs, checks, statuses, logs
 
 
 @dataclass
@@ -37,8 +44,9 @@ def bodies() -> list[Body]:
     wf, jobs = load_jobs(WORKFLOW)
     out = []
     for job in jobs:
-        ctx = {"matrix": job.matrix, "needs": {"tag": {"outputs": {"tag": "v2026.48"}}}, "github": {}, "vars": {},
-               "inputs": {}}
+        ctx = {"matrix": job.matrix, "needs": {"tag": {"outputs": {"tag": "v2026.48"}},
+                                               "bumps": {"outputs": {"commit": COMMIT}}},
+               "github": {}, "vars": {}, "inputs": {}}
         for step in job.spec["steps"]:
             if "run" not in step or classify(step["run"]) != "body":
                 continue
@@ -53,7 +61,8 @@ def bodies() -> list[Body]:
 def test_every_run_step_is_one_command_or_known_runner_setup():
     wf, jobs = load_jobs(WORKFLOW)
     kinds = [classify(s["run"]) for j in jobs for s in j.spec["steps"] if "run" in s]
-    assert kinds.count("body") == len(jobs) + 1  # one body per job; the release job's publish is its second
+    # one body per job; the release job's publish is its second, the bump merge has one for a run that does not publish
+    assert kinds.count("body") == len(jobs) + 2
     assert all(k in ("body", "pip-install", "venv", "github-path", "apt") for k in kinds)
 
 
@@ -106,11 +115,11 @@ def test_the_final_job_takes_every_build_jobs_artifact():
     wf = yaml.safe_load(WORKFLOW.read_text())
     jobs = wf["jobs"]
     builders_ = [name for name, j in jobs.items() if any("release-part" in str(s.get("run", "")) for s in j["steps"])]
-    assert set(jobs["release"]["needs"]) == {"tag", *builders_}
+    assert set(jobs["release"]["needs"]) == {"bumps", "tag", *builders_}
     uploads = [s["with"]["name"] for n in builders_ for s in jobs[n]["steps"] if "upload-artifact" in s.get("uses", "")]
     assert len(uploads) == len(builders_) and all(u.startswith("built-") for u in uploads)
-    [download] = [s for s in jobs["release"]["steps"] if "download-artifact" in s.get("uses", "")]
-    assert download["with"]["pattern"] == "built-*"
+    [parts, bumps] = [s for s in jobs["release"]["steps"] if "download-artifact" in s.get("uses", "")]
+    assert parts["with"]["pattern"] == "built-*" and bumps["with"] == {"name": "bumps", "path": "bumps"}
     assert not [s for s in jobs["release"]["steps"] if "release-part" in str(s.get("run", ""))]
 
 
@@ -123,3 +132,73 @@ def test_every_released_bundle_makes_a_valid_manifest(tmp_path):
         entries = [(s.data.backend, s.data.manifest_entry) for s in plan.steps if s.action == "stage"
                    and s.data.manifest_entry]
         manifest.make_manifest(name, plan.version, 0, plan.platform, entries)
+
+
+def test_the_first_job_merges_the_bumps_and_every_later_job_takes_its_commit():
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    jobs = wf["jobs"]
+    first = jobs["bumps"]
+    assert first["permissions"] == BUMPS_PERMISSIONS and "needs" not in first
+    merges = [b for b in bodies() if b.argv[:3] == ["python", "-m", "builders.release.bumps"]]
+    assert [b.argv[3:] for b in merges] == [
+        ["merge", "--push", "--json", "bumps.json", "--output", "$GITHUB_OUTPUT"],
+        ["merge", "--dry-run", "--json", "bumps.json", "--output", "$GITHUB_OUTPUT"]]
+    # it pushes exactly when the release publishes; a run that does not publish pushes nothing
+    push, dry = [s for s in first["steps"] if "builders.release.bumps" in str(s.get("run"))]
+    [publish] = [s for s in jobs["release"]["steps"] if "--publish" in str(s.get("run"))]
+    assert push["if"] == publish["if"] == "github.event_name == 'schedule' || inputs.publish"
+    assert dry["if"] == "github.event_name != 'schedule' && !inputs.publish"
+    assert first["outputs"] == {"commit": f"${{{{ steps.{push['id']}.outputs.commit || steps.{dry['id']}.outputs.commit }}}}"}
+    [upload] = [s for s in first["steps"] if "upload-artifact" in s.get("uses", "")]
+    assert upload["with"]["name"] == "bumps" and upload["with"]["path"] == "bumps.json"
+    # every job after it checks out that commit (the tag job needs no checkout of it: it reads the releases)
+    for name, job in jobs.items():
+        if name in ("bumps", "tag"):
+            continue
+        assert "bumps" in job["needs"], name
+        [checkout] = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+        assert checkout["with"]["ref"] == "${{ needs.bumps.outputs.commit }}", name
+    # the release assembles and publishes with the bump results, at that commit
+    released = [b for b in bodies() if b.argv[:2] == ["1bit-build", "release"]]
+    assert len(released) == 2
+    for b in released:
+        assert b.opt("--bumps") == ["bumps/bumps.json"] and b.opt("--target") == [COMMIT], b.argv
+
+
+
+# ---- the first job's decisions when its push is refused (builders/release/bumps.py; replayed in test_release_replay)
+
+PROTECTED = """remote: error: GH006: Protected branch update failed for refs/heads/main.
+remote: error: Changes must be made through a pull request.
+To https://github.com/1bit-MONSTER/1bit-engine
+ ! [remote rejected] 8e72bbf0af0fb05eb3c72154220c4ee651401e0f -> main (protected branch hook declined)
+error: failed to push some refs to 'https://github.com/1bit-MONSTER/1bit-engine'
+"""
+MOVED = """To https://github.com/1bit-MONSTER/1bit-engine
+ ! [rejected]        8e72bbf0af0fb05eb3c72154220c4ee651401e0f -> main (fetch first)
+error: failed to push some refs to 'https://github.com/1bit-MONSTER/1bit-engine'
+hint: Updates were rejected because the remote contains work that you do not
+hint: have locally. This is usually caused by another repository pushing to
+"""
+
+
+@pytest.mark.parametrize("stderr, said", [
+    (PROTECTED, ["remote: error: GH006: Protected branch update failed for refs/heads/main.",
+                 "remote: error: Changes must be made through a pull request.",
+                 "! [remote rejected] 8e72bbf0af0fb05eb3c72154220c4ee651401e0f -> main (protected branch hook declined)",
+                 "error: failed to push some refs to 'https://github.com/1bit-MONSTER/1bit-engine'"]),
+    (MOVED, ["! [rejected]        8e72bbf0af0fb05eb3c72154220c4ee651401e0f -> main (fetch first)",
+             "error: failed to push some refs to 'https://github.com/1bit-MONSTER/1bit-engine'"]),
+    ("fatal: could not read Username for 'https://github.com': terminal prompts disabled\n",
+     ["fatal: could not read Username for 'https://github.com': terminal prompts disabled"]),
+    ("something else\n", ["something else"]),
+])
+def test_a_refused_push_is_reported_in_the_remotes_words(stderr, said):
+    assert bumps.push_refusal(stderr) == said
+
+
+def test_only_the_merged_bumps_become_unpushed():
+    results = [BumpResult("bump/a-1"), BumpResult("bump/b-2", "tests", "1 failed", "failure"), BumpResult("bump/c-3")]
+    assert bumps.unpushed(results, ["bump/a-1"], "push to main", "refused") == [
+        BumpResult("bump/a-1", "push to main", "refused", "unpushed"), results[1], results[2]]
+    assert bumps.unpushed(results, [], "push to main", "refused") == results

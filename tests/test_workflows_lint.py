@@ -41,6 +41,6 @@ def test_actions_are_pinned_by_sha():
     import re
     for workflow in WORKFLOWS:
         for line in workflow.read_text().splitlines():
-            m = re.search(r"uses:\s*([^\s#]+)", line)
+            m = re.search(r"(?<![\w-])uses:\s*([^\s#]+)", line)  # a `uses:` key, not `statuses:`
             if m and not m.group(1).startswith("./"):
                 assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", m.group(1)), f"{workflow.name}: {line.strip()}"

@@ -7,13 +7,16 @@ drift apart quietly.
 How each part is replayed:
   - every job (each matrix entry a job) runs in its own clean `git clone` of the project, with its own HOME (so its
     own ~/.cache/onebit), its own RUNNER_TEMP and its own $GITHUB_OUTPUT / $GITHUB_PATH files;
-  - a `run:` step that is a job body (one `1bit-build` or `nox` command) runs for real, through bash as GitHub runs it;
+  - a `run:` step that is a job body (one `1bit-build`, `nox` or `python -m builders...` command) runs for real,
+    through bash as GitHub runs it, with the GITHUB_* variables a runner sets (repository, ref, sha, event);
     a `run:` step of runner setup (pip install of the project, a venv, apt) is modelled: the test's own environment
     is the installed project, and the runner model provides what apt would (recording shims);
   - upload-artifact stores exactly the files its `path` patterns select, rooted as the action roots them (a single
     directory: its contents; several paths: their least common ancestor), hidden files left out as in v4.4+; a name
     uploaded twice is an error, as on GitHub; download-artifact by `name`, or by `pattern` with `merge-multiple`;
-  - actions/checkout is the clone; setup-python and cache are recorded (a cache miss: the job starts cold);
+  - actions/checkout is the clone: of the default branch, or of its `ref:` (a branch as it is now, or a commit, fetched
+    as the action fetches it, `fetch-depth` deep, and checked out detached); setup-python and cache are recorded (a
+    cache miss: the job starts cold);
     attest-build-provenance checks its subjects exist and records their sha256;
   - jobs whose `needs` are done run at the same time, in threads that each drive their job's processes, as GitHub
     runs a matrix on separate runners.
@@ -275,7 +278,8 @@ class JobResult:
 
 # ---- run steps: what a job body is, what runner setup is -----------------------------------------------------------
 
-BODY = re.compile(r"^(1bit-build|nox|python3? -m nox) [^\n;&|]*$")  # one command of ours, nothing around it
+# one command of ours, nothing around it
+BODY = re.compile(r"^(1bit-build|nox|python3? -m nox|python3? -m builders(\.[a-z_]+)+) [^\n;&|]*$")
 SETUP = {
     "pip-install": re.compile(r"^python3? -m pip install -e '?\.(\[[a-z,]+\])?'?$"),
     "venv": re.compile(r"^python3 -m venv \.venv && \.venv/bin/python -m pip install -e '?\.(\[[a-z,]+\])?'?$"),
@@ -292,7 +296,8 @@ def classify(run: str) -> str:
     for name, rx in SETUP.items():
         if rx.match(text):
             return name
-    raise ReplayError(f"run step {text!r} is neither a job body (one `1bit-build` or nox command) nor runner setup "
+    raise ReplayError(f"run step {text!r} is neither a job body (one `1bit-build`, nox or `python -m builders...` "
+                      "command) nor runner setup "
                       "the replay knows (pip install of the project, a venv, $GITHUB_PATH, apt)")
 
 
@@ -402,9 +407,18 @@ def _sha256(path: Path) -> str:
 
 class Replay:
     def __init__(self, workflow: Path, *, repo_url: str, base: Path, runner: Callable[[Job], RunnerModel],
-                 github: dict, inputs: dict | None = None, variables: dict | None = None, max_parallel: int = 8):
+                 github: dict, inputs: dict | None = None, variables: dict | None = None, max_parallel: int = 8,
+                 only: set[str] | None = None):
         self.workflow = Path(workflow)
         self.wf, self.jobs = load_jobs(self.workflow)
+        if only is not None:  # a part of the graph (job ids), closed under `needs`
+            unknown = sorted(only - {j.job for j in self.jobs})
+            if unknown:
+                raise ReplayError(f"the workflow has no job {', '.join(unknown)}")
+            self.jobs = [j for j in self.jobs if j.job in only]
+            missing = sorted({n for j in self.jobs for n in j.needs} - only)
+            if missing:
+                raise ReplayError(f"replaying {', '.join(sorted(only))} needs {', '.join(missing)} too")
         self.repo_url = repo_url
         self.base = base
         self.runner = runner
@@ -465,7 +479,7 @@ class Replay:
             files = {k: tmp / f"{k}-{i}" for k in ("GITHUB_OUTPUT", "GITHUB_PATH", "GITHUB_ENV")}
             for f in files.values():
                 f.write_text("")
-            env = {**model.env, **base_env, **added_env,
+            env = {**model.env, **self.runner_vars(), **base_env, **added_env,
                    **{k: substitute(v, ctx, functions) for k, v in (step.get("env") or {}).items()},
                    "HOME": str(home), "RUNNER_TEMP": str(tmp), "GITHUB_WORKSPACE": str(workspace), "CI": "true",
                    "GITHUB_ACTIONS": "true", "RUNNER_OS": "Linux", **{k: str(v) for k, v in files.items()}}
@@ -515,13 +529,48 @@ class Replay:
         res.status = "failure" if failed[0] else "success"
         return res
 
+    def runner_vars(self) -> dict[str, str]:
+        """The GITHUB_* variables a runner sets in every step, from the `github` context."""
+        names = {"repository": "GITHUB_REPOSITORY", "ref": "GITHUB_REF", "sha": "GITHUB_SHA",
+                 "event_name": "GITHUB_EVENT_NAME"}
+        out = {var: str(self.github[k]) for k, var in names.items() if self.github.get(k)}
+        if self.github.get("ref"):
+            out["GITHUB_REF_NAME"] = re.sub(r"^refs/(heads|tags)/", "", str(self.github["ref"]))
+        return out
+
+    def checkout(self, workspace: Path, ref: str, depth: str) -> None:
+        """actions/checkout: the default branch (a clone), or `ref` as the action fetches it: a commit checked out
+        detached, a branch at its tip now (a local branch of that name); `depth` "0" is the whole history and tags."""
+        deep = [] if depth == "0" else ["--depth", depth]
+
+        def git(*args: str) -> None:
+            proc = subprocess.run(["git", *args], cwd=workspace, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise ReplayError(f"actions/checkout ref {ref!r}: git {args[0]} failed: {proc.stderr.strip()}")
+
+        if not ref:
+            subprocess.run(["git", "clone", "--quiet", *deep, self.repo_url, str(workspace)], check=True,
+                           capture_output=True)
+            return
+        workspace.mkdir(parents=True)
+        git("init", "--quiet")
+        git("remote", "add", "origin", self.repo_url)
+        if re.fullmatch(r"[0-9a-f]{40}", ref):
+            git("fetch", "--quiet", "--no-tags", *deep, "origin", ref)
+            if depth == "0":
+                git("fetch", "--quiet", "origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
+            git("checkout", "--quiet", "--detach", ref)
+            return
+        branch = ref.removeprefix("refs/heads/")
+        git("fetch", "--quiet", *(["--no-tags", *deep] if deep else []), "origin",
+            f"+refs/heads/{branch}:refs/remotes/origin/{branch}", *([] if deep else ["+refs/tags/*:refs/tags/*"]))
+        git("checkout", "--quiet", "-B", branch, f"refs/remotes/origin/{branch}")
+
     def _uses(self, job: Job, res: JobResult, step: dict, workspace: Path, ctx, functions) -> None:
         action = step["uses"].split("@")[0]
         with_ = {k: substitute(v, ctx, functions) for k, v in (step.get("with") or {}).items()}
         if action == "actions/checkout":
-            depth = [] if str(with_.get("fetch-depth", "1")) == "0" else ["--depth", str(with_.get("fetch-depth", 1))]
-            subprocess.run(["git", "clone", "--quiet", *depth, self.repo_url, str(workspace)], check=True,
-                           capture_output=True)
+            self.checkout(workspace, str(with_.get("ref") or ""), str(with_.get("fetch-depth", "1")))
         elif action in ("actions/setup-python", "actions/cache"):
             pass  # the test's interpreter; a cold cache (path and key are read above, so they must evaluate)
         elif action == "actions/upload-artifact":

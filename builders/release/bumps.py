@@ -19,7 +19,18 @@ Passing bumps are merged (`git merge --no-ff`, one merge commit each, branch ord
 that conflicts is held. `--push` (and `release --merge-bumps --publish`) pushes the result to the base branch, so the
 commit the release is built from, and points at, is on GitHub and the merged pull requests close.
 
-    python -m builders.release.bumps merge [--root DIR] [--push] [--json OUT]    # the release's first step in CI
+In CI (release.yml's first job) the command also says which commit every later job builds (`--output`, GitHub's
+$GITHUB_OUTPUT: commit=, pushed=, merged=, held=). That commit is always one the remote has:
+
+- the pushed merge, when passing bumps were merged and the push went through;
+- the commit checked out, when no bump pull request is open or none passed;
+- the commit checked out, when the push is refused (a protected branch, the branch moved meanwhile): the merges are
+  undone and the bumps that passed are held as `unpushed`, with git's answer, so the release still runs and its notes
+  say why they are not in it (the job log carries a warning);
+- the commit checked out, with `--dry-run` (a release run that does not publish pushes nothing): the merges are tried,
+  to judge them, then undone, and the passing bumps are held as `unpushed`.
+
+    python -m builders.release.bumps merge [--root DIR] [--push | --dry-run] [--json OUT] [--output FILE]
     python -m builders.release.bumps gate --sha SHA --recipe NAME [--state success|failure] [--url RUN_URL]
 """
 from __future__ import annotations
@@ -35,9 +46,10 @@ from pathlib import Path
 
 from ..errors import OnebitError
 from ..github import GitHub
-from ..pins import gitops
+from ..pins import gitops, secrets
 from ..pins.bump import recipes_for
 from ..pins.decide import repo_slug
+from ..swap import write_text_atomic
 from .changes import BumpResult, pins_at
 
 BRANCH = re.compile(r"^bump/(?P<pin>.+)-(?P<sha>[0-9a-f]{12})$")
@@ -110,6 +122,29 @@ def judge(branch: str, head: str, checks: Sequence[Check], gates: Mapping[str, C
     return BumpResult(branch)
 
 
+def unpushed(results: Sequence[BumpResult], merged: Iterable[str], step: str, why: str) -> list[BumpResult]:
+    """Pure: the results with every merged bump held as `unpushed` (it passed, but is not in what the release builds)."""
+    merged = set(merged)
+    return [BumpResult(r.branch, step, why, held_for="unpushed") if r.failed_step is None and r.branch in merged else r
+            for r in results]
+
+
+def push_refusal(stderr: str) -> list[str]:
+    """Pure: what a refused `git push` said that matters: the remote's lines (a protected branch's GH006), the rejected
+    ref and git's errors; not progress, the `To <url>` line or git's long hints."""
+    keep = ("remote:", "!", "error:", "fatal:")
+    lines = [line.strip() for line in stderr.splitlines()]
+    return [secrets.redact(line) for line in lines if line.startswith(keep) and "extraheader" not in line
+            and line != "remote:"] or [secrets.redact(stderr.strip()) or "git push failed"]
+
+
+class PushRefused(OnebitError):
+    def __init__(self, base: str, lines: Sequence[str]):
+        super().__init__(f"cannot push the merged bumps to {base}: " + " / ".join(lines),
+                         hint=f"{base} may be protected against pushes, or have moved while the release ran")
+        self.lines = list(lines)
+
+
 # ------------------------------------------------------------------------------------------------ what CI recorded
 
 
@@ -159,13 +194,25 @@ class Merge:
         return _git(self.root, "rev-parse", "HEAD").stdout.strip() != self.base_commit
 
     def push(self) -> str:
-        """Push the merged HEAD to the base branch (a fast-forward, never a force); returns the commit."""
+        """Push the merged HEAD to the base branch (a fast-forward, never a force); returns the commit. A refusal
+        raises PushRefused with the remote's own words (a protected branch: GitHub's GH006 lines)."""
         head = _git(self.root, "rev-parse", "HEAD").stdout.strip()
         url = remote_url(self.root, self.remote)
-        gitops.git(["push", "--quiet", url, f"{head}:refs/heads/{self.base}"], cwd=self.root,
-                   env=gitops.auth_env(url, self.token), what=f"cannot push the merged bumps to {self.base}",
-                   hint=f"{self.base} may have moved while the release ran: run the release again")
+        proc = gitops.git(["push", "--quiet", url, f"{head}:refs/heads/{self.base}"], cwd=self.root, check=False,
+                          env=gitops.auth_env(url, self.token))
+        if proc.returncode != 0:
+            raise PushRefused(self.base, push_refusal(proc.stderr or proc.stdout))
         return head
+
+    def undo(self, start: str, step: str, why: str) -> None:
+        """Take the merges back (the checkout returns to `start`); the bumps that passed are held as `unpushed`."""
+        _git(self.root, "reset", "--quiet", "--hard", start, what="cannot undo the merges")
+        self.results = unpushed(self.results, self.merged, step, why)
+        self.merged = []
+
+    def on_remote(self, commit: str) -> bool:
+        """Whether the base branch on the remote holds `commit` (so later jobs can check it out)."""
+        return _git(self.root, "merge-base", "--is-ancestor", commit, self.base_commit, check=False).returncode == 0
 
 
 def _git(root: Path, *args: str, check: bool = True, what: str = "", env: dict | None = None):
@@ -296,8 +343,14 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("merge", help="merge the passing bump branches into this checkout; record the held ones")
     m.add_argument("--root", default=".")
     m.add_argument("--remote", default=os.environ.get("ONEBIT_PINS_REMOTE", "origin"))
-    m.add_argument("--push", action="store_true", help="push the merged result to the base branch")
+    how = m.add_mutually_exclusive_group()
+    how.add_argument("--push", action="store_true", help="push the merged result to the base branch (refused: the "
+                     "merges are undone and the passing bumps held as unpushed)")
+    how.add_argument("--dry-run", action="store_true", help="try the merges to judge them, then undo them: the passing "
+                     "bumps are held as unpushed (a release run that does not publish)")
     m.add_argument("--json", metavar="OUT", help="write the results for `1bit-build release --bumps OUT`")
+    m.add_argument("--output", metavar="FILE", help="append commit=, pushed=, merged=, held= lines to FILE "
+                   "($GITHUB_OUTPUT): commit is the one the release builds, always one the remote has")
     g = sub.add_parser("gate", help="record a hardware checklist's result on a bump's head commit (a commit status)")
     g.add_argument("--sha", required=True, help="the bump branch's head commit that was checked")
     g.add_argument("--recipe", required=True, help="the recipe whose hardware_checklist ran")
@@ -315,18 +368,55 @@ def main(argv: list[str] | None = None) -> int:
                                          target_url=args.url)
             print(f"{GATE}{args.recipe} = {args.state} on {args.sha[:12]}")
             return 0
-        merge = merge_passing(args.root, remote=args.remote, log=print)
-        if args.json:
-            Path(args.json).write_text(dump(merge.results))
-        if args.push and merge.merged:
-            print(f"pushed {merge.push()} to {merge.base}")
-        print(_git(Path(args.root), "rev-parse", "HEAD").stdout.strip())
-        return 0
+        return _merge_command(args)
     except OnebitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
 
+def _merge_command(args) -> int:
+    root = Path(args.root)
+    start = _git(root, "rev-parse", "--verify", "HEAD^{commit}", what="not a git checkout with a commit").stdout.strip()
+    merge = merge_passing(root, remote=args.remote, log=print)
+    pushed = False
+    if not merge.results:
+        print(f"no bump pull request is open against {merge.base}")
+    step = f"push to {merge.base}"
+    if merge.merged and args.dry_run:
+        merge.undo(start, step, f"passed and merged cleanly; a release run that does not publish pushes nothing, so "
+                                f"it builds {start[:12]} as checked out, without this bump")
+        print(f"dry run: the merges are undone; the release builds {start} as checked out")
+    elif merge.merged and args.push:
+        try:
+            print(f"pushed {merge.push()} to {merge.base}")
+            pushed = True
+        except PushRefused as exc:
+            if not merge.on_remote(start):  # what was checked out is not on the remote either: nothing to build
+                raise
+            merge.undo(start, step, f"passed and merged cleanly, but the push to {merge.base} was refused, so the "
+                                    f"release builds {start[:12]} as checked out, without this bump; git said:\n"
+                       + "\n".join(exc.lines))
+            _warn(f"the push to {merge.base} was refused; the release builds {start} as checked out, and holds the "
+                  f"bumps that passed (git said: {' / '.join(exc.lines)})")
+    head = _git(root, "rev-parse", "HEAD").stdout.strip()
+    held = [r for r in merge.results if r.failed_step is not None]
+    if args.json:
+        write_text_atomic(Path(args.json), dump(merge.results))
+    if args.output:
+        with open(args.output, "a") as f:  # GitHub's $GITHUB_OUTPUT: name=value lines
+            f.write(f"commit={head}\npushed={'true' if pushed else 'false'}\nmerged={len(merge.merged)}\n"
+                    f"held={len(held)}\n")
+    print(f"the release builds {head}{' (pushed)' if pushed else ''}: {len(merge.merged)} bump(s) merged, "
+          f"{len(held)} held")
+    print(head)
+    return 0
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+    if os.environ.get("GITHUB_ACTIONS") == "true":  # an annotation on the run's summary page (one line)
+        print("::warning title=bumps not pushed::" + message.replace("%", "%25").replace("\r", "").replace("\n", "%0A"))
+
+
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -105,7 +105,7 @@ def patch_changes(repo: Path, prev: str | None, rev: str | None = "HEAD") -> dic
     return {k: sorted(v) for k, v in result.items()}
 
 
-HELD_FOR = ("failure", "pending", "hardware", "conflict")
+HELD_FOR = ("failure", "pending", "hardware", "conflict", "unpushed")
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,8 @@ class BumpResult:
     failed_step: str | None = None  # None: merged
     log: str = ""
     held_for: str | None = None  # failure (default when held) | pending (CI not done) | hardware (checklist not passed
-    #                              on its runner yet) | conflict (does not merge cleanly); see builders/release/bumps.py
+    #                              on its runner yet) | conflict (does not merge cleanly) | unpushed (passed, but the
+    #                              release could not push it, or did not: a dry run); see builders/release/bumps.py
 
 
 def bump_entries(results: Sequence[BumpResult], tail: int = LOG_TAIL) -> list[dict]:

@@ -7,6 +7,7 @@ HELD = {
     "pending": "CI has not finished (`{step}`)",
     "hardware": "waits for its hardware checklist to pass on its runner (`{step}`)",
     "conflict": "does not merge cleanly into the release (`{step}`)",
+    "unpushed": "passed, but was not pushed, so it is not in this release (`{step}`)",
 }
 
 

@@ -54,7 +54,8 @@ echo "commit $ONEBIT_SHIM_COMMIT)"
 """
 ZINC = """#!/bin/sh
 case "$1" in
-  --check) for d in $ONEBIT_SHIM_DEVICES; do case "$d" in ZINC*) echo "GPU ${d#ZINC}: shim Vulkan device | VRAM 1024 MiB";; esac; done;;
+  --check) n=0; for d in $ONEBIT_SHIM_DEVICES; do case "$d" in Vulkan*) n=$((n+1));; esac; done
+           echo '[4/5] Vulkan Device'; echo "  Visible GPUs: $n"; [ "$n" -gt 0 ] && echo '  Selected GPU: #0 shim';;
   *) echo 'ZINC inference engine (shim)'; echo 'usage: zinc -m <model> [-p port] [-d device]';;
 esac
 """
