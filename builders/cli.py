@@ -98,12 +98,13 @@ def cmd_build(args) -> int:
         print_plan(plan)
         return 1 if plan.refusals else 0
     preflight(plan.layout)
-    if plan.missing and not args.offline and any(s.action == "toolchain" for s in plan.steps):
-        # toolchain inputs the fetch step provides (cuBLAS from its wheel): fetch them, then look again
+    if plan.missing and any(s.action == "toolchain" for s in plan.steps):
+        # toolchain inputs the fetch step provides (the CUDA toolkit from NVIDIA's wheels): fetch (offline: from the
+        # download cache) and assemble them, then look again
         refuse(plan, tools=False)
         first = [s for s in plan.steps if s.action == "toolchain"]
         with locked(plan.layout, out=False):
-            Executor(replace(plan, steps=first), project, console=console).run()
+            Executor(replace(plan, steps=first), project, offline=args.offline, console=console).run()
         project, plan = _plan(args)
     refuse(plan)
     with locked(plan.layout):
