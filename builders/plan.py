@@ -263,7 +263,8 @@ def _variant_steps(project: Project, variant: Variant, host: HostFacts, layout: 
             action="wheels",
             title=f"fetch {len(wheels)} Python requirement(s) as wheels for {recipe.name}",
             key=wheels_key,
-            commands=(Command(("pip", "download", "--only-binary", ":all:", "--dest", str(wheels_dir), *wheels)),),
+            commands=tuple(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", "--python-version", p,
+                                    "--dest", f"{wheels_dir}/cp{p.replace('.', '')}", *wheels)) for p in pythons),
             data=WheelsData(dir=str(wheels_dir), requirements=tuple(wheels), pythons=pythons),
         ))
         needs.append(wid)
