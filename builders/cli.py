@@ -23,8 +23,7 @@ from .session import console, default_cache, layout_for, locked, parse_overrides
 def _plan(args) -> tuple[config.Project, Plan]:
     project = config.load_project(args.root)
     lay = layout_for(args, args.bundle)
-    facts = host.gather(all_tools(project, args.bundle), toolchains=lay.cache / "toolchains",
-                        python=getattr(args, "python", None))
+    facts = host.gather(all_tools(project, args.bundle), toolchains=lay.cache / "toolchains")
     only = set(args.only) if getattr(args, "only", None) else None
     plan = make_plan(project, args.bundle, facts, lay, build_number=args.build_number, only=only,
                      overrides=parse_overrides(getattr(args, "set", None) or []))
@@ -144,12 +143,13 @@ def cmd_build(args) -> int:
         print_plan(plan, project, verbose=args.verbose)
         return unbuildable(plan)
     preflight(plan.layout)
-    if plan.missing and not args.offline and any(s.action == "toolchain" for s in plan.steps):
-        # toolchain inputs the fetch step provides (cuBLAS from its wheel): fetch them, then look again
+    if plan.missing and any(s.action == "toolchain" for s in plan.steps):
+        # toolchain inputs the fetch step provides (the CUDA toolkit from NVIDIA's wheels): fetch (offline: from the
+        # download cache) and assemble them, then look again
         refuse(plan, tools=False)
         first = [s for s in plan.steps if s.action == "toolchain"]
         with locked(plan.layout, out=False):
-            Executor(replace(plan, steps=first), project, console=console).run()
+            Executor(replace(plan, steps=first), project, offline=args.offline, console=console).run()
         project, plan = _plan(args)
     refuse(plan)
     with locked(plan.layout):
@@ -212,8 +212,6 @@ def build_parser() -> argparse.ArgumentParser:
                             "manifest, so such a bundle never passes for the release one")
         if offline:
             s.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
-        s.add_argument("--python", metavar="X.Y", help="the Python minor the bundle's vendored wheels are for (default: "
-                       "the running one); fetch here for a build machine that runs another Python")
 
     s = sub.add_parser("plan", help="print the ordered steps with exact commands and cache keys (runs nothing)")
     bundle_args(s, offline=False)

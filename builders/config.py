@@ -86,6 +86,22 @@ def tree_digest(root: Path) -> str:
 
 
 @dataclass(frozen=True)
+class WheelInput:
+    """One wheel of a toolchain input: fetched by name and version, checked against its sha256, its `root` folder
+    unpacked into the tool's root; `ship` names the runtime libraries of it that a variant redistributes."""
+
+    package: str
+    version: str
+    sha256: str
+    root: str
+    ship: tuple[str, ...] = ()
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+@dataclass(frozen=True)
 class Tool:
     tool: str
     version: str | None = None
@@ -95,7 +111,7 @@ class Tool:
     why: str | None = None
     optional: bool = False
     pkgconfig: str | None = None
-    wheel: tuple | None = None  # sorted items of {package, version, sha256, root}: a toolchain input fetched and verified into the cache
+    wheels: tuple[WheelInput, ...] = ()  # a toolchain input assembled from wheels fetched and verified into the cache
 
     @property
     def key(self) -> str:
@@ -103,7 +119,8 @@ class Tool:
 
 
 def _tool(data: dict) -> "Tool":
-    return Tool(**{k: (tuple(sorted(v.items())) if k == "wheel" else v) for k, v in data.items()})
+    wheels = tuple(WheelInput(**{**w, "ship": tuple(w.get("ship", ()))}) for w in data.get("wheels", ()))
+    return Tool(**{**{k: v for k, v in data.items() if k != "wheels"}, "wheels": wheels})
 
 
 @dataclass(frozen=True)

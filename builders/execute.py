@@ -14,7 +14,7 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import bundle, companions, elf, fetch, manifest, package, patch, stage, swap, toolchain_record
+from . import bundle, companions, elf, fetch, manifest, package, patch, stage, swap, toolchain, toolchain_record
 from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
@@ -187,15 +187,14 @@ class Executor:
         self.log(f"fetched {pin.name} @ {pin.short} from {how}")
 
     def do_wheels(self, step: Step, progress, task) -> None:
-        fetch.fetch_wheels(list(step.data.requirements), Path(step.data.dir), offline=self.offline,
-                           python=step.data.python or None)
+        fetch.fetch_wheels(list(step.data.requirements), Path(step.data.dir), list(step.data.pythons), offline=self.offline,
+                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
 
     def do_toolchain(self, step: Step, progress, task) -> None:
         d: ToolchainData = step.data
-        how = fetch.fetch_toolchain_wheel(d.package, d.version, d.sha256, d.root, self.layout.downloads(), Path(d.dest),
-                                          offline=self.offline,
-                                          log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
-        self.log(f"{d.tool}: {d.package}=={d.version} from {how}")
+        how = toolchain.fetch_and_assemble(d.wheels, self.layout.downloads(), Path(d.dest), offline=self.offline,
+                                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.log(f"{d.tool}: {', '.join(w.requirement for w in d.wheels)}: {how}")
 
     def do_submodules(self, step: Step, progress, task) -> None:
         d: SubmodulesData = step.data
@@ -262,7 +261,8 @@ class Executor:
     def do_stage(self, step: Step, progress, task) -> None:
         from .repro import wheel_members
 
-        vendored = wheel_members(Path(s.data.dir) for s in self.plan.steps if s.action == "wheels")
+        # the vendored wheels, one folder per CPython (cp311/, ...)
+        vendored = wheel_members(d for s in self.plan.steps if s.action == "wheels" for d in sorted(Path(s.data.dir).glob("cp*")))
         stage.stage_variant(step.data, self.layout.work, step.key, cache=self.layout.cache, vendored=vendored,
                             run_install=lambda: self._run_commands(step, step.commands, progress, task),
                             log=self.log)

@@ -238,104 +238,84 @@ def _try_mirror(pin: Pin, mirror: Mirror, dest: Path, downloads: Path, *, offlin
     return f"git {url}"
 
 
-# pip's platform tags for a target interpreter that is not the running one (the build machine's Python)
+# pip's platform tags for the interpreters `bin/1bit` runs on (x86_64 Linux, glibc >= 2.17)
 MANYLINUX = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
 
 
-def target_args(python: str | None) -> list[str]:
-    """pip download arguments for wheels of another Python minor ('3.12'); none for the running interpreter."""
-    if not python or python == "%d.%d" % sys.version_info[:2]:
-        return []
+def python_tag(python: str) -> str:
+    """'3.12' -> 'cp312': the folder of a CPython minor's wheel set."""
+    major, _, minor = python.partition(".")
+    return f"cp{major}{minor}"
+
+
+def target_args(python: str) -> list[str]:
+    """pip arguments that pick wheels for a CPython minor ('3.12') on x86_64 Linux, whichever Python runs pip."""
     args = ["--python-version", python, "--implementation", "cp"]
     for platform in MANYLINUX:
         args += ["--platform", platform]
     return args
 
 
-def fetch_toolchain_wheel(package: str, version: str, sha256: str, root: str, downloads: Path, dest: Path, *,
-                          offline: bool = False, log: Log = _noop) -> str:
-    """A toolchain input shipped as a wheel (cuBLAS in nvidia-cublas): downloaded by name and version, checked
-    against its sha256, its `root` folder unpacked into dest, with lib64 and unversioned .so links the way a CUDA
-    toolkit lays them out. Written aside and renamed into place."""
-    import zipfile
-
-    if (dest / ".complete").is_file():
-        return "cache"
+def fetch_wheel_file(package: str, version: str, sha256: str, downloads: Path, *, offline: bool = False,
+                     log: Log = _noop) -> Path:
+    """One wheel of a toolchain input (NVIDIA's CUDA wheels), downloaded by name and version into downloads/<sha256>/
+    and checked against its pinned sha256; the cached file is checked again on every use."""
     where = downloads / sha256
     wheel = next((f for f in sorted(where.glob("*.whl"))), None) if where.is_dir() else None
-    if wheel is None or file_sha256(wheel) != sha256:
-        if offline:
-            raise FetchError(f"{package}=={version} is not in the download cache and --offline forbids downloading",
-                             hint="run `1bit-build fetch BUNDLE` once with network")
-        log(f"pip download {package}=={version}")
-        tmp = where.with_name(where.name + f".tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
+    if wheel is not None and file_sha256(wheel) == sha256:
+        return wheel
+    if offline:
+        raise FetchError(f"{package}=={version} is not in the download cache ({where}) and --offline forbids downloading",
+                         hint="run `1bit-build fetch BUNDLE` once with network, or carry the cache's downloads/ over")
+    log(f"pip download {package}=={version}")
+    tmp = _unique_tmp(where)
+    try:
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
                                "--disable-pip-version-check", "--quiet", "--dest", str(tmp), f"{package}=={version}"],
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
             raise FetchError(f"pip could not download {package}=={version}: {proc.stderr.strip()[-400:]}")
         wheel = next(tmp.glob("*.whl"))
         got = file_sha256(wheel)
         if got != sha256:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FetchError(f"{wheel.name}: sha256 {got} does not match the recipe's {sha256}",
-                             hint="the package index served other bytes than were pinned; check the version, then "
-                                  "update the recipe's toolchain wheel sha256 only after review")
+            raise NotThePinnedSource(f"{wheel.name}: sha256 {got} does not match the recipe's {sha256}",
+                                     hint="the package index served other bytes than were pinned; check the version, "
+                                          "then update the recipe's toolchain wheel sha256 only after review")
         replace_dir(tmp, where)
-        wheel = where / wheel.name
-    log(f"unpack {wheel.name}")
-    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    prefix = root.rstrip("/") + "/"
-    with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            name = info.filename
-            if not name.startswith(prefix) or info.is_dir():
-                continue
-            rel = Path(name[len(prefix):])
-            if rel.is_absolute() or ".." in rel.parts:
-                raise FetchError(f"{wheel.name}: member {name!r} escapes the toolchain folder")
-            out = tmp / rel
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(out, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-    lib = tmp / "lib"
-    if lib.is_dir():
-        for so in sorted(lib.glob("*.so.*")):
-            plain = lib / (so.name.split(".so.")[0] + ".so")
-            if not plain.exists():
-                plain.symlink_to(so.name)
-        (tmp / "lib64").symlink_to("lib")
-    (tmp / ".complete").write_text(f"{package}=={version} sha256:{sha256}\n")
-    replace_dir(tmp, dest)
-    return "downloaded"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return where / wheel.name
 
 
-def fetch_wheels(requirements: list[str], dest: Path, *, offline: bool = False, log: Log = _noop,
-                 python: str | None = None) -> str:
+def fetch_wheels(requirements: list[str], dest: Path, pythons: list[str], *, offline: bool = False,
+                 log: Log = _noop) -> str:
+    """The wheels of `requirements` (the whole closure, each by exact version: nothing is resolved here) for each
+    CPython minor in `pythons`, one folder each (dest/cp312/...), written aside and swapped into place."""
     stamp = dest / ".complete"
-    if stamp.is_file() and stamp.read_text().split("\n") == sorted(requirements):
+    want = sorted(requirements) + [f"python {p}" for p in sorted(pythons)]
+    if stamp.is_file() and stamp.read_text().split("\n") == want:
         return "cache"
     if offline:
         raise FetchError(f"wheels for {', '.join(requirements)} are not in the cache ({dest}) and --offline forbids downloading",
                          hint="run `1bit-build fetch BUNDLE` once with network")
     tmp = _unique_tmp(dest)
-    log(f"pip download {len(requirements)} requirement(s) as wheels")
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--only-binary", ":all:", "--dest", str(tmp),
-                           "--disable-pip-version-check", "--quiet", *target_args(python), *requirements],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
+    try:
+        for python in sorted(pythons):
+            log(f"pip download {len(requirements)} wheel(s) for CPython {python}")
+            into = tmp / python_tag(python)
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                                   "--dest", str(into), "--disable-pip-version-check", "--quiet", *target_args(python),
+                                   *requirements], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise FetchError(f"pip could not download the wheels for CPython {python}: {proc.stderr.strip()[-400:]}")
+            for wheel in sorted(into.glob("*.whl")):  # refuse a wheel that would write outside its install dir
+                try:
+                    check_archive_file(wheel)
+                except ArchiveError as exc:
+                    raise NotThePinnedSource(exc.what, where=exc.where, hint=exc.hint) from None
+        (tmp / ".complete").write_text("\n".join(want))
+        replace_dir(tmp, dest)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise FetchError(f"pip could not download wheels: {proc.stderr.strip()[-400:]}")
-    for wheel in sorted(tmp.glob("*.whl")):  # refuse a wheel that would write outside its install dir
-        try:
-            check_archive_file(wheel)
-        except ArchiveError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise NotThePinnedSource(exc.what, where=exc.where, hint=exc.hint) from None
-    (tmp / ".complete").write_text("\n".join(sorted(requirements)))
-    replace_dir(tmp, dest)
     return "downloaded"

@@ -1,6 +1,7 @@
 """Host facts: which tools exist where, at which version. Gathered once (impure); everything after is pure."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from .config import Tool
+from .toolchain import ASSEMBLY
 
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 
@@ -35,8 +37,6 @@ class HostFacts:
     python: str = sys.executable
     platform: str = "linux-64"
     home: str = str(Path.home())
-    python_tag: str = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    python_minor: str = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def parse_version(text: str) -> str | None:
@@ -64,8 +64,10 @@ def _run_version(argv: list[str]) -> str | None:
 
 
 def wheel_root(tool: Tool, toolchains: Path) -> Path:
-    """Where `1bit-build fetch` unpacks a wheel toolchain input: named by the wheel's sha256."""
-    return toolchains / dict(tool.wheel)["sha256"][:16]
+    """Where the toolchain step assembles a tool's wheels: one folder named by their sha256s (and the assembly's own
+    version), so other wheels, or another assembly, never reuse it."""
+    h = hashlib.sha256("\n".join([ASSEMBLY, *sorted(w.sha256 for w in tool.wheels)]).encode()).hexdigest()
+    return toolchains / h[:16]
 
 
 def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = None) -> ToolFact:
@@ -75,7 +77,7 @@ def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = No
         return ToolFact(tool.key, f"pkg-config:{tool.pkgconfig}", version is not None, version)
     if tool.env or tool.path:
         root = env.get(tool.env, "") if tool.env else ""
-        if not root and tool.wheel and toolchains is not None:
+        if not root and tool.wheels and toolchains is not None:  # the variable is an override of the pinned wheels
             root = str(wheel_root(tool, toolchains))
         root = root or tool.default or ""
         exe = Path(root) / (tool.path or tool.tool)
@@ -107,23 +109,11 @@ def probe_net_cut() -> tuple[str, ...]:
     return ()
 
 
-def gather(tools: Iterable[Tool], env: Mapping[str, str] | None = None, *, toolchains: Path | None = None,
-           python: str | None = None) -> HostFacts:
-    """toolchains: the cache folder of wheel toolchain inputs; python: 'X.Y' to fetch wheels for another interpreter
-    (a distro maintainer fetching here for a build machine that runs another Python)."""
+def gather(tools: Iterable[Tool], env: Mapping[str, str] | None = None, *, toolchains: Path | None = None) -> HostFacts:
+    """toolchains: the cache folder where the toolchain step assembles wheel toolchain inputs."""
     env = dict(os.environ if env is None else env)
     facts: dict[str, ToolFact] = {}
     for tool in tools:
         if tool.key not in facts:
             facts[tool.key] = detect_tool(tool, env, toolchains)
-    more = {}
-    if python:
-        major, _, minor = python.partition(".")
-        more = {"python_tag": f"cp{major}{minor}", "python_minor": f"{major}.{minor}"}
-    return HostFacts(
-        tools=facts,
-        net_cut=probe_net_cut(),
-        jobs=os.cpu_count() or 2,
-        python=sys.executable,
-        **more,
-    )
+    return HostFacts(tools=facts, net_cut=probe_net_cut(), jobs=os.cpu_count() or 2, python=sys.executable)

@@ -1,4 +1,5 @@
-"""install: a bundle from a local channel into a prefix, offline, with py-rattler."""
+"""install: a bundle from a local channel into a prefix, offline, with py-rattler: the same solve and install a
+standard conda client (pixi) does, so `1bit-build install` is a thin front, not a second way in."""
 from __future__ import annotations
 
 import asyncio
@@ -8,17 +9,12 @@ from .errors import OnebitError
 
 
 def host_virtual_packages() -> list:
-    """What the solver may assume about this host: conda's own virtual packages (__glibc, __cuda, __linux, ...,
-    each overridable with CONDA_OVERRIDE_GLIBC / CONDA_OVERRIDE_CUDA as in conda), plus __python: the Python minor
-    version `bin/1bit` will run with (the one running this installer; ONEBIT_OVERRIDE_PYTHON overrides it)."""
-    import os
-    import sys
+    """What the solver may assume about this host: exactly what a standard conda client (pixi, mamba, conda) detects,
+    __glibc, __cuda, __linux, __unix, __archspec, with conda's CONDA_OVERRIDE_* variables honoured as those clients
+    do. Nothing of our own is added: every package of a channel must install with any of those clients."""
+    from rattler import VirtualPackage, VirtualPackageOverrides
 
-    from rattler import BuildString, GenericVirtualPackage, PackageName, Version, VirtualPackage, VirtualPackageOverrides
-
-    found = [v.into_generic() for v in VirtualPackage.detect(VirtualPackageOverrides.from_env())]
-    py = os.environ.get("ONEBIT_OVERRIDE_PYTHON") or "%d.%d.%d" % sys.version_info[:3]
-    return found + [GenericVirtualPackage(PackageName("__python"), Version(py), BuildString("0"))]
+    return list(VirtualPackage.detect(VirtualPackageOverrides.from_env()))
 
 
 def _first_line(exc: BaseException) -> str:

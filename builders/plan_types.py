@@ -55,18 +55,24 @@ class FetchData:
 @dataclass(frozen=True)
 class WheelsData:
     dir: str
-    requirements: tuple[str, ...]
-    python: str = ""  # 'X.Y' of the interpreter the wheels are for
+    requirements: tuple[str, ...]  # the whole closure, each by exact version
+    pythons: tuple[str, ...] = ()  # 'X.Y' of every CPython the wheels are fetched for (one folder each)
 
 
 @dataclass(frozen=True)
 class ToolchainData:
     tool: str
+    wheels: tuple[Any, ...]  # config.WheelInput: package, version, sha256, the folder inside the wheel, what ships
+    dest: str  # the assembled root
+
+
+@dataclass(frozen=True)
+class RuntimeData:
+    """Redistributable runtime libraries a variant ships, unmodified, from a toolchain root (cudart, cuBLAS)."""
+
+    root: str
     package: str
-    version: str
-    sha256: str
-    root: str  # the folder inside the wheel
-    dest: str
+    libs: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,7 @@ class StageData:
     tests: tuple[RecipeTest, ...]
     test_values: Mapping[str, str]
     where: str
+    runtime: tuple[RuntimeData, ...] = ()  # copied into root/lib after relocation, with their license files
 
 
 @dataclass(frozen=True)
@@ -169,7 +176,7 @@ class PackageData:
     homepage: str | None
     prefix: str  # the staged prefix whose files the package carries
     out: str  # a directory of its own per cache key
-    depends: tuple[str, ...]  # run requirements known at plan time (virtual packages: __cuda, __python)
+    depends: tuple[str, ...]  # run requirements known at plan time (virtual packages a conda client detects: __cuda)
     glibc_from_elf: bool  # add `__glibc >=X` from the highest GLIBC_ symbol version the staged ELF files need
 
     @property

@@ -142,9 +142,9 @@ def _source_paths(data: dict) -> list[tuple[tuple, str, str]]:
                 continue
             if isinstance(t.get("path"), str):
                 out.append((base + (i, "path"), t["path"], "the toolchain root"))
-            wheel = t.get("wheel")
-            if isinstance(wheel, dict) and isinstance(wheel.get("root"), str):
-                out.append((base + (i, "wheel", "root"), wheel["root"], "the wheel"))
+            for j, wheel in enumerate(t.get("wheels") or []):
+                if isinstance(wheel, dict) and isinstance(wheel.get("root"), str):
+                    out.append((base + (i, "wheels", j, "root"), wheel["root"], "the wheel"))
 
     def kind_options(options, base: tuple) -> None:
         """The path-naming options of the cargo and make kinds (builders/kinds/cargo.py, make.py)."""

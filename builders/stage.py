@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from onebit.adapters import list_devices
 
-from . import elf
+from . import elf, toolchain
 from .elf import is_elf
 from .errors import StageError
 from .plan_types import StageData
@@ -227,6 +227,9 @@ def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[
     if problems:
         raise StageError("RPATH check failed:\n    " + "\n    ".join(problems),
                          hint="a binary would load libraries from the build machine; fix the recipe's link flags")
+    # redistributable runtime libraries (cudart, cuBLAS): after relocation, so they ship byte for byte as their
+    # license asks, with their license files and share/onebit/redistributables.json
+    toolchain.ship(base, data.runtime)
     for name, rel in data.binaries.items():
         if not (base / rel).exists():
             raise StageError(f"binary {name!r} ({rel}) is not in the staged tree", where=data.where,

@@ -42,11 +42,10 @@ def variant_record(variant, facts: Mapping[str, ToolFact], *, package: str, buil
         if fact is None or not fact.found:
             continue  # an optional tool the host lacks (ccache)
         tools[tool.tool] = fact.version
-        if tool.wheel:
-            w = dict(tool.wheel)
-            inputs.append({"tool": tool.tool, "package": w["package"], "version": w["version"], "sha256": w["sha256"]})
+        for w in tool.wheels:  # the pinned toolchain inputs the tool was assembled from
+            inputs.append({"tool": tool.tool, "package": w.package, "version": w.version, "sha256": w.sha256})
     out = {"package": package, "build_string": build_string, "source": {"pin": pin, "commit": commit},
-           "tools": dict(sorted(tools.items())), "inputs": sorted(inputs, key=lambda i: i["tool"])}
+           "tools": dict(sorted(tools.items())), "inputs": sorted(inputs, key=lambda i: (i["tool"], i["package"]))}
     if overrides:
         out["overrides"] = dict(sorted(overrides.items()))
     out.update({k: v for k, v in sorted(notes.items())})

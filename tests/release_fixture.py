@@ -111,7 +111,11 @@ def recipes(tc: Path) -> dict[str, dict]:
         "serve": _recipe("serve", "the serve entry point (no vendored wheels in the fixture)", source={"local": "onebit"},
                          toolchain=[{"tool": "python3", "version": ">=3.11"}],
                          build={"kind": "script",
-                                "commands": [["{python}", "-m", "builders.serve_install", "{source}", "{prefix}"]]},
+                                # an empty wheel set for the running CPython: its imports come from the test's environment
+                                "commands": [["{python}", "-c", "import os, sys; os.makedirs('{build}/wheels/cp%d%d'"
+                                              " % sys.version_info[:2], exist_ok=True)"],
+                                             ["{python}", "-m", "builders.serve_install", "{source}", "{prefix}",
+                                              "{build}/wheels"]]},
                          stage={"binaries": {"1bit": "bin/1bit"}}, provides={"backend": None, "features": ["serve"]}),
         "hrx": _recipe("hrx", source={"pin": "llama.cpp-1bit-hrx"},
                        toolchain=[{"tool": "cmake", "version": ">=3.25"}, {"tool": "patchelf"}, {"tool": "glslc"},

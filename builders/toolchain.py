@@ -1,0 +1,255 @@
+"""toolchain: a toolchain input assembled from pinned wheels (the CUDA toolkit from NVIDIA's wheels of one CUDA release),
+and what a variant ships from it.
+
+The toolchain step downloads each wheel by name and version, checks its sha256 (fetch.fetch_wheel_file), and unpacks
+each wheel's `root` folder into ONE root in the cache with the layout a toolkit has: bin/, include/, lib/ (+ lib64 ->
+lib, and the unversioned .so links a linker looks for). A CUDA root also gets lib/stubs/libcuda.so, a link-time stand-in
+for the driver that NVIDIA's installers carry and no wheel does (see `driver_stub`). `onebit-toolchain.json` in the root
+records every wheel (name, version, sha256, license) and the sha256 of each library a variant may ship.
+
+`ship` copies a variant's redistributable runtime libraries (cudart, cuBLAS, cuBLASLt) unmodified into its subtree's
+lib/, with the wheels' license files in share/licenses/<package>/ and share/onebit/redistributables.json naming them
+(name, version, wheel sha256, license, each file's sha256): what the SBOM reads.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .errors import FetchError, StageError
+
+ASSEMBLY = "wheels-assembly-2"  # part of the root's name: a change of the layout below never reuses an old root
+METADATA = "onebit-toolchain.json"  # in an assembled root: the wheels it holds
+REDISTRIBUTABLES = "share/onebit/redistributables.json"  # in a variant's subtree: what it ships from a toolchain
+DRIVER_STUB = "lib/stubs/libcuda.so"
+DRIVER_SONAME = "libcuda.so.1"
+
+Log = Callable[[str], None]
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+# ---- pure ----------------------------------------------------------------------------------------------------------
+def unpack_target(name: str, root: str) -> str | None:
+    """Pure: where a wheel member lands in the toolchain root (relative), or None when it is outside `root`.
+    Raises ValueError for a member that would escape the root."""
+    prefix = root.rstrip("/") + "/"
+    if not name.startswith(prefix) or name.endswith("/"):
+        return None
+    rel = name[len(prefix):]
+    parts = rel.split("/")
+    if rel.startswith("/") or ".." in parts or "" in parts or "\\" in rel:
+        raise ValueError(f"member {name!r} escapes the toolchain root")
+    return rel
+
+
+def driver_entry_points(preprocessed: str) -> list[str]:
+    """Pure: every driver API function a preprocessed cuda.h declares (`CUresult cuXxx(`), sorted."""
+    return sorted(set(re.findall(r"^\s*(?:extern\s+)?CUresult\s+(cu\w+)\s*\(", preprocessed, re.M)))
+
+
+def stub_source(names: Sequence[str]) -> str:
+    """Pure: C source of the link stub: each entry point returns CUDA_ERROR_STUB_LIBRARY (34), as NVIDIA's stub does."""
+    lines = ["/* link-time stand-in for the NVIDIA driver's libcuda.so.1, generated from the pinned cuda.h; never shipped */"]
+    lines += [f"int {n}(void) {{ return 34; }}" for n in names]
+    return "\n".join(lines) + "\n"
+
+
+def license_of(metadata: str) -> str:
+    """Pure: a wheel METADATA's license (License-Expression, else License), or NOASSERTION."""
+    fields = {}
+    for line in metadata.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key not in fields:
+            fields[key] = value.strip()
+    return fields.get("License-Expression") or fields.get("License") or "NOASSERTION"
+
+
+# ---- assembly --------------------------------------------------------------------------------------------------------
+def _unpack(wheel: Path, package: str, root: str, into: Path, owners: dict[str, str]) -> dict:
+    """Unpack one wheel's `root` folder into `into`, keeping exec bits; its license files under licenses/<package>/.
+    Returns the wheel's entry for onebit-toolchain.json."""
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = next((i for i in zf.infolist() if i.filename.endswith(".dist-info/METADATA")), None)
+        if metadata is None:
+            raise FetchError(f"{wheel.name} has no .dist-info/METADATA; it is not a wheel")
+        licenses = []
+        for info in zf.infolist():
+            try:
+                rel = unpack_target(info.filename, root)
+            except ValueError as exc:
+                raise FetchError(f"{wheel.name}: {exc}") from None
+            if rel is None and "/licenses/" in info.filename and ".dist-info/" in info.filename and not info.is_dir():
+                rel = f"licenses/{package}/{info.filename.rsplit('/', 1)[1]}"
+                licenses.append(rel)
+            if rel is None:
+                continue
+            data = zf.read(info)
+            out = into / rel
+            if rel in owners and out.read_bytes() != data:
+                raise FetchError(f"{wheel.name} and {owners[rel]} both carry {rel}, with different bytes",
+                                 hint="the pinned wheels are not of one CUDA release; pin matching versions")
+            owners.setdefault(rel, wheel.name)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(data)
+            mode = (info.external_attr >> 16) & 0o777
+            os.chmod(out, mode | 0o644 if mode else 0o644)
+        return {"package": package, "license": license_of(zf.read(metadata).decode(errors="replace")),
+                "license_files": sorted(licenses)}
+
+
+def _links(root: Path) -> None:
+    """The links a linker and CMake's FindCUDAToolkit look for: lib/libX.so -> libX.so.N, and lib64 -> lib."""
+    lib = root / "lib"
+    if not lib.is_dir():
+        return
+    for so in sorted(lib.glob("*.so.*")):
+        plain = lib / (so.name.split(".so.")[0] + ".so")
+        if not plain.exists() and not plain.is_symlink():
+            plain.symlink_to(so.name)
+    if not (root / "lib64").exists():
+        (root / "lib64").symlink_to("lib")
+
+
+def driver_stub(root: Path, cc: str | None = None) -> Path | None:
+    """lib/stubs/libcuda.so for a root with include/cuda.h: the driver API's entry points as functions of a shared
+    library whose soname is libcuda.so.1, so ggml-cuda links CUDA::cuda_driver (VMM) on a host without a driver, as
+    against NVIDIA's own stub. Only its soname reaches the output (DT_NEEDED libcuda.so.1); the driver resolves it."""
+    header = root / "include" / "cuda.h"
+    if not header.is_file():
+        return None
+    cc = cc or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise FetchError("the CUDA driver link stub needs a C compiler; none (cc) is on PATH",
+                         hint="install the C/C++ toolchain the cuda recipe needs anyway (g++)")
+    pre = subprocess.run([cc, "-E", "-P", "-x", "c", "-D__CUDA_API_VERSION_INTERNAL", "-I", str(root / "include"), "-"],
+                         input="#include <cuda.h>\n", capture_output=True, text=True)
+    names = driver_entry_points(pre.stdout)
+    if pre.returncode != 0 or not names:
+        raise FetchError(f"cannot read the driver API from {header}: {pre.stderr.strip()[-300:] or 'no entry points'}")
+    out = root / DRIVER_STUB
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="onebit-stub-") as tmp:
+        src = Path(tmp) / "libcuda_stub.c"
+        src.write_text(stub_source(names))
+        proc = subprocess.run([cc, "-shared", "-fPIC", "-nostdlib", "-O0", f"-Wl,-soname,{DRIVER_SONAME}", "-o", str(out),
+                               str(src)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FetchError(f"compiling the CUDA driver link stub failed: {proc.stderr.strip()[-300:]}")
+    return out
+
+
+def assemble(wheels: Sequence[tuple[object, Path]], dest: Path, *, cc: str | None = None, log: Log = _noop) -> None:
+    """Unpack (WheelInput, wheel file) pairs into one toolchain root at dest: written aside, swapped into place."""
+    from .swap import replace_dir
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        owners: dict[str, str] = {}
+        entries = []
+        for spec, wheel in wheels:
+            log(f"unpack {wheel.name}")
+            entry = _unpack(wheel, spec.package, spec.root, tmp, owners)
+            entry.update(version=spec.version, sha256=spec.sha256, wheel=wheel.name,
+                         ship={name: None for name in spec.ship})
+            entries.append(entry)
+        _links(tmp)
+        if driver_stub(tmp, cc):
+            log("generated lib/stubs/libcuda.so (link-time only)")
+        from .config import file_sha256
+
+        for entry in entries:
+            for name in entry["ship"]:
+                f = tmp / "lib" / name
+                if not f.is_file() or f.is_symlink():
+                    raise FetchError(f"{entry['wheel']} carries no lib/{name}, which the recipe ships",
+                                     hint="check the wheel's `ship` list against its contents")
+                entry["ship"][name] = file_sha256(f)
+        (tmp / METADATA).write_text(json.dumps({"assembly": ASSEMBLY, "wheels": entries}, indent=2, sort_keys=True) + "\n")
+        (tmp / ".complete").write_text("".join(f"{e['package']}=={e['version']} sha256:{e['sha256']}\n" for e in entries))
+        replace_dir(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def fetch_and_assemble(wheels: Sequence, downloads: Path, dest: Path, *, offline: bool = False, log: Log = _noop) -> str:
+    """The toolchain step: every wheel fetched and verified, then assembled into dest (skipped when dest is complete)."""
+    from .fetch import fetch_wheel_file
+
+    if (dest / ".complete").is_file():
+        return "cache"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    files = [(w, fetch_wheel_file(w.package, w.version, w.sha256, downloads, offline=offline, log=log)) for w in wheels]
+    assemble(files, dest, log=log)
+    return f"{len(files)} wheel(s) assembled"
+
+
+# ---- what a variant ships ----------------------------------------------------------------------------------------------
+def ship(base: Path, runtime: Sequence) -> list[str]:
+    """Copy each RuntimeData's libraries, byte for byte, from its toolchain root into base/lib/, its license files into
+    base/share/licenses/<package>/, and describe them in base/share/onebit/redistributables.json. Returns what was
+    copied (relative to base). Runs after relocation: NVIDIA's EULA allows redistribution of unmodified files only."""
+    from .config import file_sha256
+
+    if not runtime:
+        return []
+    shipped, doc = [], []
+    for item in runtime:
+        root = Path(item.root)
+        meta = _metadata(root)
+        wheel = next((w for w in meta.get("wheels", []) if w["package"] == item.package), None) if meta else None
+        entry: dict = {"package": item.package, "files": {}}
+        if wheel is not None:
+            entry.update(version=wheel["version"], wheel_sha256=wheel["sha256"], license=wheel["license"])
+            licenses = [root / rel for rel in wheel["license_files"]]
+        else:  # an override toolkit (CUDA_HOME): its EULA, as NVIDIA's installers lay it down
+            entry.update(version=None, wheel_sha256=None, license="LicenseRef-NVIDIA-Proprietary", toolkit="override")
+            licenses = [p for p in (root / "EULA.txt",) if p.is_file()]
+        if not licenses:
+            raise StageError(f"{root} has no license text for {item.package} ({', '.join(item.libs)}); they cannot ship "
+                             "without it", hint="use the pinned wheels (unset the override), or a toolkit with EULA.txt")
+        for lic in licenses:
+            rel = f"share/licenses/{item.package}/{lic.name}"
+            (base / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(lic, base / rel)
+            shipped.append(rel)
+        entry["license_files"] = [f"share/licenses/{item.package}/{lic.name}" for lic in licenses]
+        for name in item.libs:
+            src = next((p for p in (root / "lib" / name, root / "lib64" / name) if p.exists()), None)
+            if src is None:
+                raise StageError(f"{item.package}: {name} is not in {root}/lib", hint="check the recipe's `ship` list")
+            rel = f"lib/{name}"
+            if (base / rel).exists() or (base / rel).is_symlink():
+                raise StageError(f"{rel} is both built and shipped from the toolchain",
+                                 hint="drop it from the build's install, or from `ship`")
+            (base / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, base / rel)  # follows a toolkit's symlink to the versioned file
+            os.chmod(base / rel, stat.S_IMODE(os.stat(src).st_mode) | 0o644)
+            entry["files"][rel] = file_sha256(base / rel)
+            expected = (wheel or {}).get("ship", {}).get(name)
+            if expected and expected != entry["files"][rel]:
+                raise StageError(f"{rel} differs from the one {item.package} carries (sha256 {expected[:12]}...)",
+                                 hint=f"the toolchain root {root} was changed after it was assembled; delete it and build again")
+            shipped.append(rel)
+        doc.append(entry)
+    out = base / REDISTRIBUTABLES
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"redistributables": doc}, indent=2, sort_keys=True) + "\n")
+    return shipped + [REDISTRIBUTABLES]
+
+
+def _metadata(root: Path) -> dict | None:
+    try:
+        return json.loads((root / METADATA).read_text())
+    except (OSError, ValueError):
+        return None
