@@ -143,9 +143,10 @@ def cmd_build(args) -> int:
         print_plan(plan, project, verbose=args.verbose)
         return unbuildable(plan)
     preflight(plan.layout)
-    if plan.missing and any(s.action == "toolchain" for s in plan.steps):
-        # toolchain inputs the fetch step provides (the CUDA toolkit from NVIDIA's wheels): fetch (offline: from the
-        # download cache) and assemble them, then look again
+    if plan.only_fetchable_missing() and any(s.action == "toolchain" for s in plan.steps):
+        # toolchain inputs the fetch step provides (the CUDA toolkit from NVIDIA's wheels, the Vulkan SDK from Debian's
+        # packages): fetch (offline: from the download cache) and assemble them, then look again. A host that lacks
+        # anything else is refused before any download.
         refuse(plan, tools=False)
         first = [s for s in plan.steps if s.action == "toolchain"]
         with locked(plan.layout, out=False):

@@ -102,6 +102,14 @@ class WheelInput:
 
 
 @dataclass(frozen=True)
+class DebInput:
+    """One Debian package of a toolchain input: its path in a Debian archive and the sha256 of the file."""
+
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Tool:
     tool: str
     version: str | None = None
@@ -112,6 +120,12 @@ class Tool:
     optional: bool = False
     pkgconfig: str | None = None
     wheels: tuple[WheelInput, ...] = ()  # a toolchain input assembled from wheels fetched and verified into the cache
+    debs: tuple[DebInput, ...] = ()  # a toolchain input assembled from Debian packages fetched and verified likewise
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the fetch step provides this tool (its `env` then overrides the pinned copy)."""
+        return bool(self.wheels or self.debs)
 
     @property
     def key(self) -> str:
@@ -120,7 +134,8 @@ class Tool:
 
 def _tool(data: dict) -> "Tool":
     wheels = tuple(WheelInput(**{**w, "ship": tuple(w.get("ship", ()))}) for w in data.get("wheels", ()))
-    return Tool(**{**{k: v for k, v in data.items() if k != "wheels"}, "wheels": wheels})
+    debs = tuple(DebInput(**d) for d in data.get("debs", ()))
+    return Tool(**{**{k: v for k, v in data.items() if k not in ("wheels", "debs")}, "wheels": wheels, "debs": debs})
 
 
 @dataclass(frozen=True)
@@ -149,6 +164,8 @@ class Variant:
     provides_env: dict
     tests: tuple[dict, ...]
     depends: tuple[str, ...] = ()  # run requirements of its package (conda match specs; virtual packages)
+    path: tuple[str, ...] = ()  # folders put first on PATH for the build's commands (toolchain roots' bin/)
+    strip: str | None = None  # "debug": strip the debug sections of what ships
 
     @property
     def id(self) -> str:
@@ -244,6 +261,8 @@ class Recipe:
             provides_env=dict(provides.get("env", {})),
             tests=tuple(self.data.get("tests", [])) + tuple(over.get("tests", [])),
             depends=tuple(self.data.get("requirements", {}).get("run", [])) + tuple(over.get("requirements", {}).get("run", [])),
+            path=tuple(vbuild.get("path", build.get("path", []))),
+            strip=vstage.get("strip", stage.get("strip")),
         )
 
 
@@ -295,13 +314,14 @@ def placeholder_problems(recipe: Recipe) -> list[str]:
         found += [(variant.where("build", "env", k), v, known) for k, v in variant.env.items()]
         found += [(variant.where("build", "commands", i, j), a, known)
                   for i, argv in enumerate(variant.commands) for j, a in enumerate(argv)]
+        found += [(variant.where("build", "path", i), d, known) for i, d in enumerate(variant.path)]
         own = len(recipe.data.get("tests", []))
         for i, t in enumerate(variant.tests):
             base = ("tests", i) if i < own else ("variants", name, "tests", i - own)
             found += [(recipe.doc.where(base + ("run", j)), a, known) for j, a in enumerate(t["run"])]
         own = len(recipe.data.get("requirements", {}).get("run", []))
         found += [(recipe.doc.where(("requirements", "run", i) if i < own else ("variants", name, "requirements", "run", i - own)),
-                   d, known | {"python_minor"}) for i, d in enumerate(variant.depends)]
+                   d, known) for i, d in enumerate(variant.depends)]
         for where, text, names in found:
             for m in PLACEHOLDER.finditer(text):
                 if m.group(1) not in names:

@@ -126,16 +126,17 @@ def fetch(deb: Deb, downloads: Path, *, offline: bool = False, archives: Sequenc
     problem = pool_path_problem(deb.path)
     if problem:
         raise FetchError(problem, hint="copy the Filename field of the package's entry in the archive's Packages index")
+    name = PurePosixPath(deb.path).name  # deb: anything with `path` and `sha256` (config.DebInput, Deb)
     where = downloads / deb.sha256
-    have = where / deb.name
+    have = where / name
     if have.is_file() and file_sha256(have) == deb.sha256:
         return have
     if offline:
-        raise FetchError(f"{deb.name} is not in the download cache and --offline forbids downloading",
+        raise FetchError(f"{name} is not in the download cache and --offline forbids downloading",
                          hint="run `1bit-build fetch BUNDLE` once with network")
     archives = mirrors() if archives is None else list(archives)
     if not archives:
-        raise FetchError(f"no Debian archive to download {deb.name} from: this host's apt sources list none",
+        raise FetchError(f"no Debian archive to download {name} from: this host's apt sources list none",
                          hint=f"set {MIRROR_ENV} to a Debian archive URL (the one apt uses on a Debian host)")
     from .http import make_session
 
@@ -146,31 +147,31 @@ def fetch(deb: Deb, downloads: Path, *, offline: bool = False, archives: Sequenc
         url = f"{base}/{deb.path}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        log(f"download {deb.name}")
+        log(f"download {name}")
         try:
             if url.startswith("file:"):
-                shutil.copyfile(url.removeprefix("file://").removeprefix("file:"), tmp / deb.name)
+                shutil.copyfile(url.removeprefix("file://").removeprefix("file:"), tmp / name)
             else:
                 with http.get(url, stream=True, timeout=(15, 300)) as resp:
                     if resp.status_code != 200:
                         failures.append(f"{base}: HTTP {resp.status_code}")
                         continue
-                    with open(tmp / deb.name, "wb") as f:
+                    with open(tmp / name, "wb") as f:
                         for chunk in resp.iter_content(1 << 20):
                             f.write(chunk)
         except (OSError, Exception) as exc:  # requests' errors and a missing file: this archive cannot serve it
             failures.append(f"{base}: {type(exc).__name__}: {str(exc)[:200]}")
             continue
-        got = file_sha256(tmp / deb.name)
+        got = file_sha256(tmp / name)
         if got != deb.sha256:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise FetchError(f"{deb.name} from {base}: sha256 {got} does not match the pinned {deb.sha256}",
+            raise FetchError(f"{name} from {base}: sha256 {got} does not match the pinned {deb.sha256}",
                              hint="the archive served other bytes than were pinned; update the recipe's sha256 only "
                                   "after review")
         replace_dir(tmp, where)
         return have
     shutil.rmtree(tmp, ignore_errors=True)
-    raise FetchError(f"{deb.name} could not be downloaded:\n    " + "\n    ".join(failures),
+    raise FetchError(f"{name} could not be downloaded:\n    " + "\n    ".join(failures),
                      hint="a Debian archive drops a package once its suite moves on: pin the version the suite has "
                           f"now (its Packages index), or point {MIRROR_ENV} at an archive that keeps it")
 

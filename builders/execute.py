@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from rich.console import Console
@@ -193,8 +193,10 @@ class Executor:
     def do_toolchain(self, step: Step, progress, task) -> None:
         d: ToolchainData = step.data
         how = toolchain.fetch_and_assemble(d.wheels, self.layout.downloads(), Path(d.dest), offline=self.offline,
-                                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
-        self.log(f"{d.tool}: {', '.join(w.requirement for w in d.wheels)}: {how}")
+                                           log=lambda m: progress.update(task, description=f"{step.title}: {m}"),
+                                           debs=d.debs)
+        inputs = [w.requirement for w in d.wheels] + [PurePosixPath(x.path).name for x in d.debs]
+        self.log(f"{d.tool}: {', '.join(inputs)}: {how}")
 
     def do_submodules(self, step: Step, progress, task) -> None:
         d: SubmodulesData = step.data

@@ -64,10 +64,25 @@ def _run_version(argv: list[str]) -> str | None:
 
 
 def wheel_root(tool: Tool, toolchains: Path) -> Path:
-    """Where the toolchain step assembles a tool's wheels: one folder named by their sha256s (and the assembly's own
-    version), so other wheels, or another assembly, never reuse it."""
-    h = hashlib.sha256("\n".join([ASSEMBLY, *sorted(w.sha256 for w in tool.wheels)]).encode()).hexdigest()
+    """Where the toolchain step assembles a tool's pinned inputs (wheels, or Debian packages): one folder named by
+    their sha256s (and the assembly's own version), so other inputs, or another assembly, never reuse it."""
+    h = hashlib.sha256("\n".join([ASSEMBLY, *sorted(w.sha256 for w in tool.wheels),
+                                  *sorted(d.sha256 for d in tool.debs)]).encode()).hexdigest()
     return toolchains / h[:16]
+
+
+# Headers carry their version in a #define, not behind --version: a tool whose `path` is such a header is versioned
+# by it (a Vulkan SDK root, pinned or given with VULKAN_SDK, is checked by its vulkan_core.h).
+def header_version(name: str, text: str) -> str | None:
+    """Pure: the version a header states (vulkan_core.h: VK_HEADER_VERSION_COMPLETE's major.minor and
+    VK_HEADER_VERSION's patch, e.g. 1.4.309), or None."""
+    if name != "vulkan_core.h":
+        return None
+    complete = re.search(r"#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION\(\s*\d+\s*,\s*(\d+)\s*,\s*(\d+)", text)
+    patch = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)", text)
+    if not (complete and patch):
+        return None
+    return f"{complete.group(1)}.{complete.group(2)}.{patch.group(1)}"
 
 
 def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = None) -> ToolFact:
@@ -77,13 +92,18 @@ def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = No
         return ToolFact(tool.key, f"pkg-config:{tool.pkgconfig}", version is not None, version)
     if tool.env or tool.path:
         root = env.get(tool.env, "") if tool.env else ""
-        if not root and tool.wheels and toolchains is not None:  # the variable is an override of the pinned wheels
+        if not root and tool.pinned and toolchains is not None:  # the variable is an override of the pinned inputs
             root = str(wheel_root(tool, toolchains))
         root = root or tool.default or ""
         exe = Path(root) / (tool.path or tool.tool)
         found = exe.is_file()  # a program, or a marker file such as the kernel headers' Makefile
         runnable = found and os.access(exe, os.X_OK)
-        version = _run_version([str(exe), "--version"]) if runnable and tool.version else None
+        version = None
+        if found and tool.version:
+            if runnable:  # zig has no --version: `zig version` is asked when --version says nothing
+                version = _run_version([str(exe), "--version"]) or _run_version([str(exe), "version"])
+            elif exe.suffix == ".h":
+                version = header_version(exe.name, exe.read_text(errors="replace")[:400_000])
         return ToolFact(tool.key, str(exe), found, version, root)
     path = shutil.which(tool.tool, path=env.get("PATH"))
     if path is None:

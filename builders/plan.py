@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable, Mapping, Sequence
 
 from .config import PLACEHOLDER, Bundle, Pin, Project, Recipe, Tool, Variant, describe_placeholders
@@ -54,7 +54,7 @@ def tool_values(variant: Variant, facts: Mapping[str, ToolFact]) -> dict[str, st
     return values
 
 
-def missing_tools(variant: Variant, facts: Mapping[str, ToolFact]) -> list[str]:
+def missing_tools(variant: Variant, facts: Mapping[str, ToolFact], *, fetchable_only: bool = False) -> list[str]:
     """One line per required tool that is absent or too old, saying what to do."""
     out = []
     for tool in variant.toolchain:
@@ -63,10 +63,13 @@ def missing_tools(variant: Variant, facts: Mapping[str, ToolFact]) -> list[str]:
         fact = facts.get(tool.key)
         label = f"{tool.tool}{' ' + tool.version if tool.version else ''}"
         why = f" ({tool.why})" if tool.why else ""
+        if fetchable_only and not (tool.pinned and fact is not None and not fact.found):
+            continue
         if fact is None or not fact.found:
-            if tool.wheels and fact is not None:
+            if tool.pinned and fact is not None:
+                inputs = [w.requirement for w in tool.wheels] + [PurePosixPath(d.path).name for d in tool.debs]
                 out.append(f"{label} for {variant.id}: not at {fact.path}; `1bit-build fetch BUNDLE` downloads "
-                           f"{', '.join(w.requirement for w in tool.wheels)} (sha256-checked) into the cache"
+                           f"{', '.join(inputs)} (sha256-checked) into the cache"
                            f"{', or set ' + tool.env + ' to override them with a toolkit' if tool.env else ''}{why}")
             elif tool.env:
                 out.append(f"{label} for {variant.id}: not found at {fact.path if fact else tool.path}; "
@@ -249,15 +252,19 @@ def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[St
     out = []
     for tool in variant.toolchain:
         fact = host.tools.get(tool.key)
-        if not (tool.wheels and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains"))):
+        if not (tool.pinned and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains"))):
             continue
+        what = f"{len(tool.wheels)} wheel(s)" if tool.wheels else f"{len(tool.debs)} Debian package(s)"
+        commands = tuple(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", w.requirement))
+                         for w in tool.wheels)
+        commands += tuple(Command(("curl", "-fo", PurePosixPath(d.path).name, f"<debian archive>/{d.path}")) for d in tool.debs)
         out.append(Step(
             id=f"toolchain:{tool.tool}", action="toolchain",
-            title=f"fetch {len(tool.wheels)} wheel(s) (sha256-checked) and assemble the {tool.tool} toolchain",
-            key=digest("toolchain", fact.root, [dataclasses.astuple(w) for w in tool.wheels]),
-            commands=tuple(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", w.requirement))
-                           for w in tool.wheels),
-            data=ToolchainData(tool=tool.tool, wheels=tool.wheels, dest=fact.root)))
+            title=f"fetch {what} (sha256-checked) and assemble the {tool.tool} toolchain",
+            key=digest("toolchain", fact.root, [dataclasses.astuple(w) for w in tool.wheels],
+                       [dataclasses.astuple(d) for d in tool.debs]),
+            commands=commands,
+            data=ToolchainData(tool=tool.tool, wheels=tool.wheels, dest=fact.root, debs=tool.debs)))
     return out
 
 
@@ -301,6 +308,7 @@ class VariantInputs:
     build_number: int
     version: str
     patches: tuple[str, ...]
+    path: tuple[str, ...] = ()  # toolchain folders put first on PATH for the build's and the install's commands
 
     @property
     def build_dir(self) -> Path:
@@ -329,6 +337,7 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
     options = {k: expand(v, values, partial(variant.where, "build", "options", k)) if isinstance(v, str) else v
                for k, v in {**variant.options, **overrides}.items()}
     env = {k: expand(v, values, partial(variant.where, "build", "env", k)) for k, v in variant.env.items()}
+    path = tuple(expand(d, values, partial(variant.where, "build", "path", i)) for i, d in enumerate(variant.path))
     commands = tuple(tuple(expand(a, values, partial(variant.where, "build", "commands", i, j)) for j, a in enumerate(argv))
                      for i, argv in enumerate(variant.commands))
     install_prefix = f"{INSTALL_PREFIX}/{variant.root}" if variant.root else INSTALL_PREFIX
@@ -351,7 +360,12 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
                          env=env, commands=commands, ctx=ctx, install_prefix=install_prefix, companions=tuple(companions),
                          wheels_key=wkey if recipe.source.get("wheels") else None, overrides=overrides,
                          build_number=build_number, version=version,
-                         patches=tuple(p.file for p in recipe.patches(project.root)))
+                         patches=tuple(p.file for p in recipe.patches(project.root)), path=path)
+
+
+def on_path(commands: Sequence[Command], path: Sequence[str]) -> tuple[Command, ...]:
+    """Pure: the commands with the recipe's toolchain folders first on their PATH."""
+    return tuple(dataclasses.replace(c, path=tuple(path)) for c in commands) if path else tuple(commands)
 
 
 def plan_build(v: VariantInputs, needs: Sequence[str]) -> Step:
@@ -361,10 +375,10 @@ def plan_build(v: VariantInputs, needs: Sequence[str]) -> Step:
                        for t in variant.toolchain if not t.optional)
     key = digest("build", BUILDER_VERSION, flags.PREFIX_MAPS, v.source.key, variant.kind, v.options, variant.targets,
                  v.env, v.commands, variant.build_type, toolchain, v.wheels_key, v.install_prefix,
-                 *[c.key for c in v.companions])
+                 *[c.key for c in v.companions], *([v.path] if v.path else []))
     return Step(id=f"build:{variant.id}", action="build",
                 title=f"build {variant.id} ({variant.kind}{', network cut' if v.ctx.net_cut else ''})", key=key,
-                commands=tuple(KINDS[variant.kind].build(v.ctx)), needs=tuple(needs),
+                commands=on_path(KINDS[variant.kind].build(v.ctx), v.path), needs=tuple(needs),
                 data=BuildData(variant=variant.id, kind=variant.kind, build_dir=str(v.build_dir), source_dir=v.source.dir,
                                fresh_dir=variant.kind == "script", where=str(variant.recipe.path),
                                network_isolated=variant.network != "none" or bool(v.host.net_cut),
@@ -404,6 +418,12 @@ def recipe_tests(v: VariantInputs) -> tuple[RecipeTest, ...]:
     return tuple(out)
 
 
+def toolchain_roots(v: VariantInputs) -> tuple[str, ...]:
+    """The roots of the variant's toolchains (pinned inputs in the cache, or a root a variable gave), sorted."""
+    return tuple(sorted({f.root for t in v.variant.toolchain if (f := v.host.tools.get(t.key)) is not None and f.root
+                         and (t.pinned or t.env)}))
+
+
 def plan_stage(v: VariantInputs, build: Step) -> Step:
     """Install into a DESTDIR, keep what the recipe packages, set RPATH $ORIGIN, check it, run the recipe's tests."""
     variant, layout = v.variant, v.layout
@@ -413,10 +433,11 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
     runtime = tuple(RuntimeData(root=v.host.tools[t.key].root or "", package=w.package, libs=w.ship)
                     for t in variant.toolchain if t.key in v.host.tools for w in t.wheels if w.ship)
     key = digest("stage", build.key, variant.install, variant.root, variant.keep, variant.binaries, variant.links,
-                 entry, [dataclasses.astuple(t) for t in tests], [dataclasses.astuple(r) for r in runtime])
+                 entry, [dataclasses.astuple(t) for t in tests], [dataclasses.astuple(r) for r in runtime],
+                 *([variant.strip] if variant.strip else []))
     return Step(id=f"stage:{variant.id}", action="stage",
                 title=f"stage {variant.id} into a DESTDIR, set RPATH $ORIGIN, check it", key=key,
-                commands=tuple(KINDS[variant.kind].install(v.ctx)) if variant.install == "build-system" else (),
+                commands=on_path(KINDS[variant.kind].install(v.ctx), v.path) if variant.install == "build-system" else (),
                 needs=(build.id,),
                 data=StageData(variant=variant.id, package=variant.package_name, stage_root=str(layout.stage(variant.id)),
                                stage_tmp=str(layout.stage_tmp(variant.id)),
@@ -425,7 +446,8 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
                                binaries=dict(variant.binaries), links=dict(variant.links), backend=variant.backend,
                                manifest_entry=entry, build_dir=str(v.build_dir), home=v.host.home, tests=tests,
                                test_values={"commit": v.source.commit or "", "commit7": v.source.short},
-                               where=str(variant.recipe.path), runtime=runtime))
+                               where=str(variant.recipe.path), runtime=runtime, strip=variant.strip,
+                               toolchains=toolchain_roots(v)))
 
 
 def plan_package(v: VariantInputs, stage: Step) -> Step:
@@ -534,6 +556,7 @@ def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layou
             plan.refusals += refused
             continue
         plan.missing += missing_tools(variant, host.tools)
+        plan.fetchable += missing_tools(variant, host.tools, fetchable_only=True)
         packages.append(variant_steps(project, variant, host, layout, bn, version, steps, apply_overrides(variant, overrides)))
     if packages:
         for s in plan_bundle(bundle, version, bn, packages, layout):

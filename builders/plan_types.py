@@ -23,15 +23,22 @@ class Command:
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()  # set over the caller's environment
     unset: tuple[str, ...] = ()  # removed from the caller's environment (a make build inherits no CFLAGS)
+    path: tuple[str, ...] = ()  # folders put before the caller's PATH (toolchain roots' bin/: zig, glslc)
 
     def shell(self) -> str:
-        env = " ".join([f"-u {k}" for k in self.unset] + [f"{k}={shlex.quote(v)}" for k, v in self.env])
+        pairs = [f"{k}={shlex.quote(v)}" for k, v in self.env]
+        if self.path:
+            pairs.append(f"PATH={shlex.quote(':'.join(self.path))}:\"$PATH\"")
+        env = " ".join([f"-u {k}" for k in self.unset] + pairs)
         cd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
         return f"{cd}{('env ' if self.unset else '') + env + ' ' if env else ''}{shlex.join(self.argv)}"
 
     def environ(self, caller: Mapping[str, str]) -> dict[str, str]:
         """The environment this command runs with, given the caller's."""
-        return {**{k: v for k, v in caller.items() if k not in self.unset}, **dict(self.env)}
+        env = {**{k: v for k, v in caller.items() if k not in self.unset}, **dict(self.env)}
+        if self.path:
+            env["PATH"] = ":".join([*self.path, *([env["PATH"]] if env.get("PATH") else [])])
+        return env
 
     def to_json(self) -> dict:
         out: dict = {"argv": list(self.argv)}
@@ -41,6 +48,8 @@ class Command:
             out["env"] = dict(self.env)
         if self.unset:
             out["unset"] = list(self.unset)
+        if self.path:
+            out["path"] = list(self.path)
         return out
 
 
@@ -64,6 +73,7 @@ class ToolchainData:
     tool: str
     wheels: tuple[Any, ...]  # config.WheelInput: package, version, sha256, the folder inside the wheel, what ships
     dest: str  # the assembled root
+    debs: tuple[Any, ...] = ()  # config.DebInput: pool path and sha256 (a toolchain of Debian packages)
 
 
 @dataclass(frozen=True)
@@ -163,6 +173,8 @@ class StageData:
     test_values: Mapping[str, str]
     where: str
     runtime: tuple[RuntimeData, ...] = ()  # copied into root/lib after relocation, with their license files
+    strip: str | None = None  # "debug": the debug sections of every shipped ELF file are stripped
+    toolchains: tuple[str, ...] = ()  # the variant's toolchain roots: an RPATH into one is dropped (link-time only)
 
 
 @dataclass(frozen=True)
@@ -274,6 +286,12 @@ class Plan:
     steps: list[Step]
     refusals: list[str] = field(default_factory=list)  # pins that are unresolved: those recipes can't be built
     missing: list[str] = field(default_factory=list)  # toolchains that are absent, one line each
+    # of those, the ones the fetch step provides (pinned wheels or Debian packages not yet in the cache)
+    fetchable: list[str] = field(default_factory=list)
+
+    def only_fetchable_missing(self) -> bool:
+        """Whether everything missing is a pinned toolchain input: fetch it first, then plan again."""
+        return bool(self.missing) and set(self.missing) <= set(self.fetchable)
 
     def step(self, step_id: str) -> Step:
         for s in self.steps:

@@ -32,7 +32,7 @@ def leak_problems(rel: str, data: bytes, forbidden: Sequence[tuple[str, str]]) -
         if at >= 0:
             end = data.find(b"\0", at)
             snippet = data[at: end if 0 <= end - at < 120 else at + 120].decode(errors="replace")
-            problems.append(f"{rel}: contains the {label} ({snippet!r} at byte {at})")
+            problems.append(f"{rel}: contains {label} ({snippet!r} at byte {at})")
     return problems
 
 

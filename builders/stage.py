@@ -83,33 +83,57 @@ def needs_libs(path: Path) -> bool:
     return bool(elf.read(path).needed)
 
 
-def new_rpath(file_rel: str, current: Sequence[str], needs: bool) -> list[str] | None:
+def _under(entry: str, roots: Sequence[str]) -> bool:
+    entry = os.path.normpath(entry)
+    return any(r and (entry == os.path.normpath(r) or entry.startswith(os.path.normpath(r) + "/")) for r in roots)
+
+
+def new_rpath(file_rel: str, current: Sequence[str], needs: bool, toolchains: Sequence[str] = ()) -> list[str] | None:
     """Pure: the RPATH a staged ELF should get, or None to leave it alone.
 
-    $ORIGIN/<to lib> comes first; $ORIGIN entries already there stay; absolute entries are kept as they are so that
-    the check after relocation reports the ones that point into the build tree or $HOME instead of hiding them.
+    $ORIGIN/<to lib> comes first; $ORIGIN entries already there stay. An entry into one of the variant's toolchain roots
+    (zig adds its pkg-config libdir) goes: a toolchain is link-time only, and what a variant needs from one at run time
+    ships in its own lib/ (cudart, cuBLAS) or is the host's (the Vulkan loader). Other absolute entries are kept as
+    they are so that the check after relocation reports the ones into the build tree or $HOME instead of hiding them.
     """
-    if not needs and not current:
-        return None
-    if current and all(e.startswith("$ORIGIN") for e in current):
-        return None  # already relocatable (vendored wheels)
+    kept = [e for e in current if not _under(e, toolchains)]
+    if not needs and not kept:
+        return [] if current else None
+    if kept and all(e.startswith("$ORIGIN") for e in kept):
+        return kept if kept != list(current) else None  # already relocatable (vendored wheels)
     ours = origin_rpath(file_rel)
-    out = [ours] + [e for e in current if e != ours]
+    out = [ours] + [e for e in kept if e != ours]
     return out if out != list(current) else None
 
 
-def relocate(prefix: Path) -> list[str]:
-    """Give every staged ELF an $ORIGIN RPATH that reaches <prefix>/lib."""
+def relocate(prefix: Path, toolchains: Sequence[str] = ()) -> list[str]:
+    """Give every staged ELF an $ORIGIN RPATH that reaches <prefix>/lib (and none into a toolchain root)."""
     changed = []
     for path in sorted(prefix.rglob("*")):
         if not path.is_file() or path.is_symlink() or not is_elf(path):
             continue
         rel = path.relative_to(prefix).as_posix()
-        rpath = new_rpath(rel, read_rpath(path), needs_libs(path))
+        rpath = new_rpath(rel, read_rpath(path), needs_libs(path), toolchains)
         if rpath is not None:
-            _patchelf("--set-rpath", ":".join(rpath), str(path))
+            _patchelf(*(("--set-rpath", ":".join(rpath)) if rpath else ("--remove-rpath",)), str(path))
             changed.append(rel)
     return changed
+
+
+def strip_debug(root: Path) -> list[str]:
+    """Remove the debug sections of every ELF file below root (binutils' strip): for a build system with no path map
+    (zig), whose debug info names the source and cache dirs. Returns the files stripped (relative)."""
+    exe = shutil.which("strip")
+    if exe is None:
+        raise StageError("strip (binutils) is not on PATH", hint="install binutils (it comes with the C/C++ toolchain)")
+    done = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink() and is_elf(path):
+            proc = subprocess.run([exe, "--strip-debug", str(path)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise StageError(f"strip --strip-debug {path.relative_to(root)} failed: {proc.stderr.strip()}")
+            done.append(path.relative_to(root).as_posix())
+    return done
 
 
 def check_rpaths(prefix: Path, forbidden: Sequence[tuple[str, str]]) -> list[str]:
@@ -137,9 +161,9 @@ def make_links(prefix: Path, root: str, links: Mapping[str, str]) -> None:
         dest.symlink_to(os.path.relpath(goal, dest.parent))
 
 
-def relocate_tree(prefix: Path, root: str) -> list[str]:
+def relocate_tree(prefix: Path, root: str, toolchains: Sequence[str] = ()) -> list[str]:
     """relocate() for a variant whose files live in <prefix>/<root>: RPATHs reach <root>/lib."""
-    return relocate(prefix / root if root else prefix)
+    return relocate(prefix / root if root else prefix, toolchains)
 
 
 def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) -> None:
@@ -221,7 +245,10 @@ def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[
                          f"(first: {stray[0]})", where=data.where,
                          hint="its build must install under CMAKE_INSTALL_PREFIX; fix the recipe's install step")
     prune(base, data.keep)
-    relocate_tree(tmp_prefix, data.root)
+    relocate_tree(tmp_prefix, data.root, data.toolchains)
+    if data.strip == "debug":
+        stripped = strip_debug(base)
+        log(f"stripped the debug sections of {len(stripped)} file(s) of {data.variant}")
     forbidden = [("the build tree", data.build_dir), ("the work dir", str(work)), ("$HOME", data.home)]
     problems = check_rpaths(tmp_prefix, forbidden)
     if problems:

@@ -90,7 +90,11 @@ def _unpack(wheel: Path, package: str, root: str, into: Path, owners: dict[str, 
             except ValueError as exc:
                 raise FetchError(f"{wheel.name}: {exc}") from None
             if rel is None and "/licenses/" in info.filename and ".dist-info/" in info.filename and not info.is_dir():
-                rel = f"licenses/{package}/{info.filename.rsplit('/', 1)[1]}"
+                # keep the path below licenses/: a wheel may carry several files of one name (ziglang: LICENSE x7)
+                sub = info.filename.split(".dist-info/", 1)[1].split("licenses/", 1)[1]
+                if ".." in sub.split("/"):
+                    raise FetchError(f"{wheel.name}: license member {info.filename!r} escapes the toolchain root")
+                rel = f"licenses/{package}/{sub}"
                 licenses.append(rel)
             if rel is None:
                 continue
@@ -182,16 +186,97 @@ def assemble(wheels: Sequence[tuple[object, Path]], dest: Path, *, cc: str | Non
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def fetch_and_assemble(wheels: Sequence, downloads: Path, dest: Path, *, offline: bool = False, log: Log = _noop) -> str:
-    """The toolchain step: every wheel fetched and verified, then assembled into dest (skipped when dest is complete)."""
-    from .fetch import fetch_wheel_file
-
+def fetch_and_assemble(wheels: Sequence, downloads: Path, dest: Path, *, offline: bool = False, log: Log = _noop,
+                       debs: Sequence = ()) -> str:
+    """The toolchain step: every pinned input (wheels, or Debian packages) fetched and verified, then assembled into
+    dest (skipped when dest is complete)."""
     if (dest / ".complete").is_file():
         return "cache"
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if debs:
+        from . import debs as debian
+
+        files = [(d, debian.fetch(d, downloads, offline=offline, log=log)) for d in debs]
+        assemble_debs(files, dest, log=log)
+        return f"{len(files)} Debian package(s) assembled"
+    from .fetch import fetch_wheel_file
+
     files = [(w, fetch_wheel_file(w.package, w.version, w.sha256, downloads, offline=offline, log=log)) for w in wheels]
     assemble(files, dest, log=log)
     return f"{len(files)} wheel(s) assembled"
+
+
+# ---- a toolchain from Debian packages (the Vulkan SDK: glslc, headers, SPIR-V headers, the loader to link against) --
+DEB_TREE = "debian"  # in the root: every package unpacked as dpkg would under /
+MULTIARCH = "usr/lib/x86_64-linux-gnu"
+LOADER = f"{MULTIARCH}/ld-linux-x86-64.so.2"
+
+
+def wrapper(program: str, *, private_loader: bool) -> str:
+    """Pure: bin/<name> of a root, running `debian/usr/bin/<name>`; with the packages' own loader and libraries when the
+    root carries them (a glslc built for a newer glibc then runs on an older host, and every host runs the same
+    bytes). Finds the root from its own location, so the root may move."""
+    run = (f'exec "$root/{DEB_TREE}/{LOADER}" --library-path "$root/{DEB_TREE}/{MULTIARCH}" '
+           f'"$root/{DEB_TREE}/usr/bin/{program}" "$@"') if private_loader else f'exec "$root/{DEB_TREE}/usr/bin/{program}" "$@"'
+    return f'#!/bin/sh\nroot=$(dirname "$(dirname "$(readlink -f "$0")")")\n{run}\n'
+
+
+def pc_file(text: str) -> str:
+    """Pure: a Debian .pc file made relocatable: its prefix becomes the toolchain root (${pcfiledir}/../..) and its
+    libdir the root's lib/."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("prefix="):
+            line = "prefix=${pcfiledir}/../.."
+        elif line.startswith("libdir="):
+            line = "libdir=${prefix}/lib"
+        elif line.startswith("includedir="):
+            line = "includedir=${prefix}/include"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def assemble_debs(debs: Sequence[tuple[object, Path]], dest: Path, *, log: Log = _noop) -> None:
+    """Unpack (DebInput, .deb) pairs into dest/debian/ and lay the root out as an SDK is laid out (LunarG's, which
+    CMake's FindVulkan reads through $VULKAN_SDK): bin/ (a wrapper per program of usr/bin), include/, lib/ (only the
+    libraries a build links against: libvulkan.so, never the packages' libc), lib/pkgconfig/, share/cmake/.
+    Written aside, swapped into place; `onebit-toolchain.json` names every package."""
+    from . import debs as debian
+    from .config import file_sha256
+    from .swap import replace_dir
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        tree = tmp / DEB_TREE
+        entries = []
+        for spec, deb in debs:
+            log(f"unpack {deb.name}")
+            debian.unpack(deb, tree)
+            entries.append({"path": spec.path, "sha256": spec.sha256, "file_sha256": file_sha256(deb)})
+        private = (tree / LOADER).is_file()
+        for prog in sorted((tree / "usr" / "bin").glob("*")) if (tree / "usr" / "bin").is_dir() else []:
+            if prog.is_file() and os.access(prog, os.X_OK):
+                out = tmp / "bin" / prog.name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(wrapper(prog.name, private_loader=private))
+                out.chmod(0o755)
+        if (tree / "usr" / "include").is_dir():
+            (tmp / "include").symlink_to(f"{DEB_TREE}/usr/include")
+        if (tree / "usr" / "share" / "cmake").is_dir():
+            (tmp / "share").mkdir()
+            (tmp / "share" / "cmake").symlink_to(f"../{DEB_TREE}/usr/share/cmake")
+        lib = tmp / "lib"
+        lib.mkdir()
+        for so in sorted((tree / MULTIARCH).glob("libvulkan.so*")):  # what a Vulkan build links against, nothing else
+            (lib / so.name).symlink_to(f"../{DEB_TREE}/{MULTIARCH}/{so.name}")
+        for pc in sorted((tree / MULTIARCH / "pkgconfig").glob("*.pc")):
+            (lib / "pkgconfig").mkdir(exist_ok=True)
+            (lib / "pkgconfig" / pc.name).write_text(pc_file(pc.read_text()))
+        (tmp / METADATA).write_text(json.dumps({"assembly": ASSEMBLY, "debs": entries}, indent=2, sort_keys=True) + "\n")
+        (tmp / ".complete").write_text("".join(f"{e['path']} sha256:{e['sha256']}\n" for e in entries))
+        replace_dir(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- what a variant ships ----------------------------------------------------------------------------------------------

@@ -56,6 +56,8 @@ class Adapter:
     # --alias without an alias option: the proxy serves the alias in front, and drops "model" from what it forwards
     alias_by_proxy: bool = False
     drops_model: bool = False  # the program reads a request's "model" as a model to load: the proxy removes it
+    # the program finds its own files relative to the working directory: it runs in its backend's root
+    runs_in_root: bool = False
 
 
 class AdapterError(ValueError):
@@ -151,6 +153,9 @@ ZINC = Adapter(
     cites="zolotukhin/zinc src/main.zig, src/server/http.zig and src/server/routes.zig at the zinc pin",
     alias_by_proxy=True,
     drops_model=True,
+    # src/main.zig:1521 opens zig-out/share/zinc/shaders/*.spv relative to the working directory; the recipe's link
+    # zig-out -> . in the backend's root makes that resolve there (recipes/zinc.yaml)
+    runs_in_root=True,
 )
 
 

@@ -45,6 +45,8 @@ def exec_child(child: Child) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     try:
+        if child.cwd:
+            os.chdir(child.cwd)
         os.execve(child.binary, list(child.argv), child_env(child))
     except OSError as e:
         raise ServeError(f"cannot run {child.binary}: {e.strerror or e}") from None
@@ -72,6 +74,7 @@ def spawn(child: Child) -> subprocess.Popen:
         list(child.argv),
         executable=child.binary,
         env=child_env(child),
+        cwd=child.cwd,
         stdin=subprocess.DEVNULL,
         preexec_fn=lambda: _die_with_parent(parent),
         close_fds=True,

@@ -148,6 +148,7 @@ class Child:
     notes: tuple[str, ...] = ()  # what the adapter says the user must know (zinc listens on 0.0.0.0, ...)
     bind: str = ""  # the address the program will actually listen on (zinc: 0.0.0.0 whatever host says)
     drop_model: bool = False  # the proxy removes "model" from requests to it (zinc loads the model a request names)
+    cwd: str | None = None  # the working directory it must run in (zinc: its backend's root); None: serve's own
 
 
 @dataclass(frozen=True)
@@ -420,7 +421,9 @@ def _foreign_child(facts, flags, manifest, renv, adapter, *, role, backend, devi
     if role_flag and not adapter.embeddings:
         raise _Refused("adapter-option", f"{role_flag}: {adapter.program} (the {backend} backend) serves chat only; "
                        "an embedding or reranking model needs a llama-server backend (--device auto)")
-    decision = Decision(model=facts.path, host=host, port=port, device=_manifest_device(device, backend, manifest),
+    # a program that runs in its own root gets the model's absolute path (the user's relative one names their cwd)
+    model = str(Path(facts.path).absolute()) if adapter.runs_in_root else facts.path
+    decision = Decision(model=model, host=host, port=port, device=_manifest_device(device, backend, manifest),
                         ctx_size=flags.ctx_size, parallel=flags.parallel if slots is None else slots, extra=flags.extra)
     try:
         cmd = adapter.build(decision)
@@ -433,7 +436,16 @@ def _foreign_child(facts, flags, manifest, renv, adapter, *, role, backend, devi
     env = {k: v for k, v in env.items() if k not in renv.env}
     return Child(role=role, backend=backend, device=device, binary=binary, argv=(binary, *cmd.argv_tail), env=env,
                  host=host, port=port, recipes=(), slots=slots, adapter=adapter.name, notes=cmd.notes,
-                 bind=cmd.bind or _last_host(cmd.argv_tail, host), drop_model=adapter.drops_model)
+                 bind=cmd.bind or _last_host(cmd.argv_tail, host), drop_model=adapter.drops_model,
+                 cwd=_root_of(binary, backend, manifest) if adapter.runs_in_root else None)
+
+
+def _root_of(binary: str, backend: str, manifest) -> str:
+    """The backend's root in the installed prefix (the manifest's `root`), else the folder above the program's bin/."""
+    b = manifest.backends.get(backend) if manifest is not None else None
+    if b is not None and getattr(b, "root", None):
+        return str(manifest.prefix / b.root)
+    return str(Path(binary).parent.parent)
 
 
 # --- one llama-server child: small steps, each adding its options (and environment) to the command line ------------

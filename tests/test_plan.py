@@ -129,16 +129,20 @@ def test_missing_toolchains_one_line_each_with_the_variable():
     plan = make_plan(PROJECT, "strix", facts(found=False), LAYOUT)
     text = "\n".join(plan.missing)
     for needle in ("amdclang++ for hrx: not found at /tc/ONEBIT_HRX_TOOLCHAIN/lib/llvm/bin/amdclang++; set ONEBIT_HRX_TOOLCHAIN",
-                   "xrt-smi for xdna", "set XILINX_XRT", "zig >=0.15.2 for zinc: 'zig' is not on PATH",
-                   "set ONEBIT_LEAN_ROCM_TOOLCHAIN", "vulkan-headers >=1.3.239 for vulkan: pkg-config finds no 'vulkan'"):
+                   "xrt-smi for xdna", "set XILINX_XRT",
+                   "zig >=0.15.2 for zinc: not at /tc/ONEBIT_ZIG/zig; `1bit-build fetch BUNDLE` downloads ziglang==0.15.2",
+                   "set ONEBIT_LEAN_ROCM_TOOLCHAIN",
+                   "vulkan-sdk >=1.3.239 for vulkan: not at /tc/VULKAN_SDK/include/vulkan/vulkan_core.h; `1bit-build fetch "
+                   "BUNDLE` downloads glslc_2025.2-1_amd64.deb", "or set VULKAN_SDK"):
         assert needle in text, needle
     assert all("ccache" not in line for line in plan.missing)  # optional
 
 
 def test_too_old_tool_is_reported():
     variant = PROJECT.recipes["zinc"].variant("default")
-    f = facts(**{"zig": ToolFact("zig", "/usr/bin/zig", True, "0.15.1")})
-    assert missing_tools(variant, f.tools) == ["zig >=0.15.2 for zinc: found 0.15.1 at /usr/bin/zig; need >=0.15.2"]
+    f = facts(**{"zig@ONEBIT_ZIG": ToolFact("zig@ONEBIT_ZIG", "/opt/zig/zig", True, "0.15.1", "/opt/zig")})
+    assert missing_tools(variant, f.tools) == ["zig >=0.15.2 for zinc: found 0.15.1 at /opt/zig/zig; need >=0.15.2 "
+                                               "(set ONEBIT_ZIG)"]
 
 
 def test_unresolved_pin_refuses_its_recipe(tmp_path):

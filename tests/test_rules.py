@@ -50,6 +50,21 @@ def test_new_rpath(rel, current, needs, expected):
     assert new_rpath(rel, current, needs) == expected
 
 
+TC = ["/c/toolchains/f5b9"]
+
+
+@pytest.mark.parametrize("rel, current, needs, expected", [
+    # zig's pkg-config libdir in the Vulkan SDK root: link-time only, so it goes (the host's loader is found as usual)
+    ("bin/zinc", ["/c/toolchains/f5b9/lib/pkgconfig/../../lib"], True, ["$ORIGIN/../lib"]),
+    ("bin/zinc", ["/c/toolchains/f5b9/lib"], False, []),  # nothing else left: the RPATH is removed
+    ("bin/x", ["$ORIGIN/../lib", "/c/toolchains/f5b9/lib"], True, ["$ORIGIN/../lib"]),
+    ("bin/x", ["/c/toolchains/f5b9x/lib"], True, ["$ORIGIN/../lib", "/c/toolchains/f5b9x/lib"]),  # another root: kept
+    ("bin/x", ["/w/build/bin", "/c/toolchains/f5b9"], True, ["$ORIGIN/../lib", "/w/build/bin"]),  # reported later
+])
+def test_new_rpath_drops_toolchain_roots(rel, current, needs, expected):
+    assert new_rpath(rel, current, needs, TC) == expected
+
+
 @pytest.mark.parametrize("rel, keep, out", [
     ("bin/llama-server", ["bin/llama-*"], True),
     ("include/llama.h", ["bin/llama-*", "lib/lib*.so*"], False),

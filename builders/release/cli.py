@@ -51,7 +51,7 @@ def build_part(args, project, name: str, *, version: str, build_number: int, onl
 
     plan = planned()
     preflight(layout)
-    if plan.missing and not args.offline and any(s.action == "toolchain" for s in plan.steps):
+    if plan.only_fetchable_missing() and not args.offline and any(s.action == "toolchain" for s in plan.steps):
         refuse(plan, tools=False)  # toolchain inputs the fetch step provides (CUDA wheels): fetch them, look again
         with locked(layout, out=False):
             Executor(replace(plan, steps=[s for s in plan.steps if s.action == "toolchain"]), project,
