@@ -2,12 +2,15 @@
 """`1bit serve` against direct llama-server of the same build, side by side in one run, streamed decode tok/s.
 
     python bench/bench_serve.py PREFIX [-m MODEL.gguf | --size medium|0.7b] [--device D] [--runs 7] [--tokens 256]
+        [--against OTHER_PREFIX:DEVICE ...]
 
 Three servers of the one installed bundle run at once, each on its own port:
   direct   llama-server started by hand with exactly the argv `1bit serve --dry-run` prints;
   exec     `1bit serve -m M` (a single-backend route: serve execs that same llama-server, so the ratio must be 1);
   proxied  `1bit serve -m M --long-model M --long-from 1000000` (two children behind serve's proxy; every request
            here is short, so all of them take the proxy path to the default child).
+--against adds, per OTHER_PREFIX:DEVICE, the llama-server another bundle runs for that device, started by hand with the
+argv its own `1bit serve --dry-run` prints (`direct-DEVICE`): Vulkan against CUDA on one GPU, in the same run.
 
 Fairness: one client function and one fresh keep-alive session per side (same connection handling), requests in
 alternating order so drift hits every side alike, warm-up first, and the server's own decode rate
@@ -86,6 +89,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--against", action="append", default=[], metavar="PREFIX:DEVICE",
+                    help="another bundle's direct llama-server for DEVICE, side by side (repeatable)")
     a = ap.parse_args()
 
     onebit = a.prefix / "bin" / "1bit"
@@ -97,16 +102,28 @@ def main() -> int:
         model = write_tiny_gguf(Path(tmp.name) / f"{a.size}.gguf", **SIZES[a.size])
     ports = {"direct": free_port(), "exec": free_port(), "proxied": free_port()}
     common = ["-m", str(model), "--device", a.device, "--ctx-size", "2048", "--parallel", "1"]
-    dry = subprocess.run([onebit, "serve", *common, "--port", str(ports["direct"]), "--dry-run"],
-                         capture_output=True, text=True, check=True)
-    child = json.loads(dry.stdout)["children"][0]
+
+    def planned(prefix_onebit: Path, device_args: list[str], port: int) -> dict:
+        dry = subprocess.run([prefix_onebit, "serve", *device_args, "--port", str(port), "--dry-run"],
+                             capture_output=True, text=True, check=True)
+        return json.loads(dry.stdout)["children"][0]
+
+    child = planned(onebit, common, ports["direct"])
     env = {**os.environ, **child["env"]}
+    others = {}
+    for spec in a.against:
+        other, _, device = spec.rpartition(":")
+        port = ports[f"direct-{device}"] = free_port()
+        others[f"direct-{device}"] = planned(Path(other) / "bin" / "1bit", ["-m", str(model), "--device", device,
+                                                                        "--ctx-size", "2048", "--parallel", "1"], port)
     procs = {
         "direct": subprocess.Popen(child["argv"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         "exec": subprocess.Popen([onebit, "serve", *common, "--port", str(ports["exec"])],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         "proxied": subprocess.Popen([onebit, "serve", *common, "--port", str(ports["proxied"]), "--long-model", str(model),
                                      "--long-from", "1000000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        **{k: subprocess.Popen(c["argv"], env={**os.environ, **c["env"]}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL) for k, c in others.items()},
     }
     urls = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in urls}
@@ -134,6 +151,8 @@ def main() -> int:
     print(f"model: {Path(model).name} ({Path(model).stat().st_size / 1e9 if Path(model).exists() else 0:.2f} GB)  "
           f"backend: {child['backend']}  device: {child['device']}  runs: {a.runs} x {a.tokens} tokens")
     print(f"llama-server: {' '.join(child['argv'])}")
+    for k, c in others.items():
+        print(f"{k}: {c['backend']} {' '.join(c['argv'])}")
     print(f"{'side':<10} {'client tok/s':>13} {'server tok/s':>13} {'client ratio':>13} {'server ratio':>13}")
     for k, (c, s) in med.items():
         print(f"{k:<10} {c:>13.1f} {s:>13.1f} {c / med['direct'][0]:>13.3f} {s / med['direct'][1] if med['direct'][1] else 0:>13.3f}")
