@@ -1,5 +1,5 @@
-"""toolchain: a toolchain input assembled from pinned wheels (the CUDA toolkit from NVIDIA's wheels of one CUDA release),
-and what a variant ships from it.
+"""toolchain: a toolchain input assembled from pinned wheels (the CUDA toolkit from NVIDIA's wheels of one CUDA release,
+zig from the ziglang wheel) or pinned Debian packages (the Vulkan SDK), and what a variant ships from it.
 
 The toolchain step downloads each wheel by name and version, checks its sha256 (fetch.fetch_wheel_file), and unpacks
 each wheel's `root` folder into ONE root in the cache with the layout a toolkit has: bin/, include/, lib/ (+ lib64 ->
