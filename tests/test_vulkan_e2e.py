@@ -112,8 +112,8 @@ def _glslc_drops(build_dir: Path) -> set[str]:
     dropped = set()
     for ext, rel in probes:
         proc = subprocess.run([glslc, "-o", "-", "-fshader-stage=compute", "--target-env=vulkan1.3", str(vk / rel)],
-                              capture_output=True, text=True)
-        if f"extension not supported: {ext}" in proc.stderr:
+                              capture_output=True)  # stdout is the SPIR-V itself
+        if f"extension not supported: {ext}" in proc.stderr.decode(errors="replace"):
             dropped.add(ext)
     return dropped
 
