@@ -251,3 +251,16 @@ def test_only_the_merged_bumps_become_unpushed():
         BumpResult("bump/a-1", "push to main", "refused", "unpushed"), results[1], results[2]]
     assert bumps.unpushed(results, [], "push to main", "refused") == results
 
+
+def test_docs_pins_says_what_the_first_job_runs_and_what_its_commit_is_for():
+    """docs/pins.md names the first job's command as release.yml runs it, and what its `commit` output does."""
+    doc = (ROOT / "docs" / "pins.md").read_text()
+    section = doc[doc.index("## The release merges passing bumps"):doc.index("## Configuration")]
+    [push] = [s for s in yaml.safe_load(WORKFLOW.read_text())["jobs"]["bumps"]["steps"] if s.get("id") == "push"]
+    assert push["run"].replace('"$GITHUB_OUTPUT"', "$GITHUB_OUTPUT") in section
+    assert "${{ needs.bumps.outputs.commit }}" in section and '--target "$COMMIT"' in section
+    released = [b for b in bodies() if b.argv[:2] == ["1bit-build", "release"]]
+    assert all(b.opt("--target") == [COMMIT] for b in released)
+    for case in ("the pushed merge", "the push is refused", "`unpushed`", "(`--dry-run`), the commit checked out",
+                 "lets the workflow's token push", "a repository setting"):
+        assert case in section, case
