@@ -1,7 +1,9 @@
 """What a build knew, written beside its bundle as `toolchain.json`: for every variant it built, the package it made,
 the source it built from (pin and commit), the version of every tool of its toolchain as the build host answered,
 the toolchain inputs fetched as wheels (name, version, sha256), the options overridden with --set, and what the
-build reported about itself (the shader features a glslc lacked).
+build reported about itself (the shader features a glslc lacked); and the project commit the build ran from
+(`project`: the checkout's HEAD and the tracked files that differed from it), so a release assembled from these files
+points at that commit and no other.
 
 The release assembles bundles from jobs that ran on other machines; it reads names (lean-rocm's ROCm major.minor),
 the SBOM's tool list and the notes from these files, never from the machine that assembles.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -52,9 +55,23 @@ def variant_record(variant, facts: Mapping[str, ToolFact], *, package: str, buil
     return out
 
 
-def for_plan(plan: Plan, project: Project, facts: Mapping[str, ToolFact], notes_of: Callable[[str], Mapping]) -> dict:
+def checkout(root: Path) -> dict | None:
+    """The project commit a checkout is at: {"commit": HEAD, "modified": the tracked files that differ from it}, or
+    None where `root` is not in a git checkout with a commit."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+
+    head = git("rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    if head.returncode != 0 or not head.stdout.strip():
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": head.stdout.strip(), "modified": sorted(line[3:] for line in status.stdout.splitlines() if line[3:])}
+
+
+def for_plan(plan: Plan, project: Project, facts: Mapping[str, ToolFact], notes_of: Callable[[str], Mapping],
+             commit_of: Callable[[Path], dict | None] = checkout) -> dict:
     """Pure given the facts: the document for every variant the plan builds (`notes_of(build_dir)`: what its build
-    reported)."""
+    reported; `commit_of(root)`: the project commit it ran from, see `checkout`)."""
     by_id = {v.id: v for v in project.variants(project.bundle(plan.bundle))}
     variants = {}
     for step in plan.steps:
@@ -69,7 +86,7 @@ def for_plan(plan: Plan, project: Project, facts: Mapping[str, ToolFact], notes_
             pin=source.data.pin if source else None, commit=source.data.commit if source else None,
             overrides=entry.get("overrides") or {}, notes=notes_of(build.data.build_dir))
     return {"schema": SCHEMA, "bundle": plan.bundle, "version": plan.version, "build_number": plan.build_number,
-            "platform": plan.platform, "variants": variants}
+            "platform": plan.platform, "project": commit_of(Path(project.root)), "variants": variants}
 
 
 def tools_of(plan: Plan, project: Project) -> list[Tool]:

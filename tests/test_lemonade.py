@@ -12,7 +12,8 @@ import pytest
 
 from builders.cli import main
 from builders.errors import OnebitError
-from builders import yamlio
+from builders import toolchain, yamlio
+from builders.plan_types import RuntimeData
 from builders.release import lemonade
 
 TAG = "v2026.48"
@@ -45,6 +46,42 @@ def build_prefix(root: Path, variants=("cpu", "vulkan")) -> Path:
     (prefix / "share/onebit").mkdir(parents=True)
     (prefix / "share/onebit/manifest.json").write_text(json.dumps({"backends": backends}))
     return prefix
+
+
+# what NVIDIA's CUDA 13.0.2 wheels ship for the cuda variant (recipes/cuda.yaml `ship`), by package
+CUDA_RUNTIME = {"nvidia-cuda-runtime": ("13.0.96", ("libcudart.so.13",)),
+                "nvidia-cublas": ("13.1.0.3", ("libcublas.so.13", "libcublasLt.so.13"))}
+
+
+def toolkit_root(root: Path, *, override: bool = False) -> Path:
+    """A toolchain root as builders/toolchain.py leaves one: real shared libraries in lib/, each wheel's license text
+    in licenses/<package>/ and onebit-toolchain.json naming them (or, for an override toolkit of one's own, only
+    EULA.txt, as NVIDIA's installers lay it down)."""
+    (root / "lib").mkdir(parents=True)
+    (root / "stub.c").write_text("int cuda_stand_in(void) { return 13; }\n")
+    wheels = []
+    for package, (version, libs) in CUDA_RUNTIME.items():
+        for lib in libs:
+            subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{lib}", "-o", root / "lib" / lib, root / "stub.c"],
+                           check=True)
+        lic = root / "licenses" / package / "License.txt"
+        lic.parent.mkdir(parents=True)
+        lic.write_text(f"NVIDIA Software License Agreement ({package})\n")
+        wheels.append({"package": package, "version": version, "sha256": hashlib.sha256(package.encode()).hexdigest(),
+                       "license": "LicenseRef-NVIDIA-Proprietary",
+                       "license_files": [f"licenses/{package}/License.txt"],
+                       "ship": {lib: lemonade.sha256(root / "lib" / lib) for lib in libs}})
+    if override:
+        (root / "EULA.txt").write_text("End User License Agreement (CUDA Toolkit)\n")
+    else:
+        (root / toolchain.METADATA).write_text(json.dumps({"wheels": wheels}))
+    return root
+
+
+def ship_cuda_runtime(prefix: Path, root: Path, variant: str = "cuda") -> list[str]:
+    """The variant's subtree as the stage step leaves it: toolchain.ship, for real, of cudart, cuBLAS, cuBLASLt."""
+    return toolchain.ship(prefix / "libexec/onebit" / variant,
+                          [RuntimeData(str(root), package, libs) for package, (_, libs) in CUDA_RUNTIME.items()])
 
 
 @pytest.fixture
@@ -151,6 +188,54 @@ def test_archives_hold_the_contract_and_are_deterministic(tmp_path, licenses):
                                                            "llama-v2026.48-ubuntu-cuda-sm_90-x64.tar.xz"]
     assert sums["ggml-org/llama.cpp"][TAG]["llama-v2026.48-bin-ubuntu-x64.tar.gz"] == \
         "sha256:" + hashlib.sha256(made[0][2].read_bytes()).hexdigest()
+
+
+def test_the_cuda_archive_carries_what_it_ships_from_the_toolkit_with_its_license(tmp_path, licenses):
+    prefix = build_prefix(tmp_path, ("cpu", "cuda"))
+    shipped = ship_cuda_runtime(prefix, toolkit_root(tmp_path / "tk"))
+    made = {v: p for v, _, p in lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME,
+                                                       settings=SETTINGS)}
+    cuda, cpu = made["cuda"], made["cpu"]  # one archive each for sm_90 and sm_120: the same tree
+    top = cuda.name.removesuffix(".tar.xz")
+    with tarfile.open(cuda) as tar:
+        names = tar.getnames()
+        doc = json.loads(tar.extractfile(f"{top}/{toolchain.REDISTRIBUTABLES}").read())
+    # cudart, cuBLAS and cuBLASLt, their license texts and the file naming them, beside one llama-server
+    assert {f"{top}/{rel}" for rel in shipped} <= set(names)
+    assert f"{top}/share/licenses/nvidia-cublas/License.txt" in names and f"{top}/lib/libcublasLt.so.13" in names
+    assert [n for n in names if n.endswith("/llama-server")] == [f"{top}/bin/llama-server"]
+    assert lemonade.contract_problems(cuda) == []
+    with tarfile.open(cpu) as tar:  # a variant that ships nothing from a toolchain carries no share/
+        assert not [n for n in tar.getnames() if "/share/" in n]
+    again = lemonade.make_archives(prefix, tmp_path / "out2", TAG, licenses, mtime=MTIME, settings=SETTINGS)
+    assert {p.name: p.read_bytes() for *_, p in again} == {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+
+    # installed as Lemonade installs it, redistributables.json still names what lies beside it, byte for byte
+    inst = lemonade.install(cuda, tmp_path / "lemonade")
+    named = json.loads((inst / toolchain.REDISTRIBUTABLES).read_text())
+    assert named == doc and {e["package"] for e in named["redistributables"]} == set(CUDA_RUNTIME)
+    for e in named["redistributables"]:
+        assert all((inst / rel).read_text().startswith("NVIDIA Software License") for rel in e["license_files"])
+        assert {rel: lemonade.sha256(inst / rel) for rel in e["files"]} == e["files"]
+
+
+def test_an_archive_never_ships_a_redistributable_without_its_license(tmp_path, licenses):
+    prefix = build_prefix(tmp_path, ("cuda",))
+    ship_cuda_runtime(prefix, toolkit_root(tmp_path / "tk"))
+    (prefix / "libexec/onebit/cuda/share/licenses/nvidia-cublas/License.txt").unlink()
+    with pytest.raises(OnebitError, match=r"redistributables.json names share/licenses/nvidia-cublas/License.txt "
+                                          r"\(nvidia-cublas\), which is not there"):
+        lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=SETTINGS)
+    # and an archive made some other way is caught by the contract check
+    from builders import tarball
+    sub = prefix / "libexec/onebit/cuda"
+    entries = {rel: tarball.Entry(src=sub / rel) for rel in ("bin/llama-server", "lib/libcublas.so.13",
+                                                             toolchain.REDISTRIBUTABLES)}
+    entries.update({name: tarball.Entry(src=path) for name, path in licenses.items()})
+    bad = tarball.write(tmp_path / "llama-v2026.48-ubuntu-cuda-sm_90-x64.tar.xz", "top", entries, mtime=MTIME)
+    problems = lemonade.contract_problems(bad)
+    assert any("names lib/libcudart.so.13 (nvidia-cuda-runtime), which is not there" in p for p in problems)
+    assert any("names share/licenses/nvidia-cublas/License.txt" in p for p in problems)
 
 
 def test_the_rocm_and_cuda_archives_need_their_names_configured(tmp_path, licenses):

@@ -176,6 +176,63 @@ def test_release_from_parts_and_its_tag(built, tmp_path, capsys, monkeypatch):
     assert "ISO year 2026 has weeks 01..53" in capsys.readouterr().err
 
 
+def test_release_from_parts_points_at_the_commit_they_were_built_from(built, tmp_path, capsys, monkeypatch):
+    from github_fake import REPO, TOKEN, Fake
+
+    fx = built["fx"]
+    head = git(fx.repo, "rev-parse", "HEAD")
+    monkeypatch.setenv("ONEBIT_CACHE", str(tmp_path / "cache"))
+    for name in ("part-cpu", "part-cuda"):  # every build recorded the project commit it ran from
+        assert json.loads((built["parts"] / name / "toolchain.json").read_text())["project"] == {"commit": head,
+                                                                                                 "modified": []}
+    parts = tmp_path / "from"
+    _copy_part(built["parts"] / "part-cpu", parts / "built-cpu")
+
+    def release(root, parts_dir, *extra):
+        capsys.readouterr()
+        code = main(["--root", str(root), "release", "cpu", "--from", str(parts_dir), "--tag", TAG,
+                     "--out", str(tmp_path / "dist"), *extra])
+        return code, capsys.readouterr().err
+
+    assert release(fx.repo, parts, "--target", head[:10])[0] == 0
+    code, err = release(fx.repo, parts, "--target", fx.commit)  # a commit, but not the one the parts were built from
+    assert code == 2 and f"--target {fx.commit} is not the commit the parts were built from: {head}" in err
+    assert err.count("\n") == 2 and "Traceback" not in err  # one line, and its hint
+
+    # a part built from another commit, or from uncommitted changes, cannot be in a release that points at one
+    other = tmp_path / "other"
+    _copy_part(built["parts"] / "part-cpu", other / "built-cpu")
+    _copy_part(built["parts"] / "part-cuda", other / "built-cuda",
+               edit=lambda rec: rec.update(project={"commit": "0" * 40, "modified": []}))
+    code, err = release(fx.repo, other, "--target", head)
+    assert code == 2 and f"the parts were built from 2 commits: {'0' * 40} ({other / 'built-cuda'}); {head}" in err
+    dirty = tmp_path / "dirty"
+    _copy_part(built["parts"] / "part-cpu", dirty / "built-cpu",
+               edit=lambda rec: rec.update(project={"commit": head, "modified": ["recipes/cpu.yaml"]}))
+    code, err = release(fx.repo, dirty, "--target", head)
+    assert code == 2 and "was built from uncommitted changes on top of" in err and "(recipes/cpu.yaml)" in err
+
+    # assembled in a checkout of another commit: its recipes and history are not what the release points at
+    moved = tmp_path / "moved"
+    subprocess.run(["git", "clone", "-q", str(fx.repo), str(moved)], check=True)
+    (moved / "NOTICE").write_text("moved on\n")
+    git(moved, "commit", "-qam", "moved on")
+    code, err = release(moved, parts, "--target", head)
+    assert code == 2 and f"this checkout is at {git(moved, 'rev-parse', 'HEAD')}, the parts were built from {head}" in err
+
+    # published without --target: the release is created at the commit the parts recorded
+    fake = Fake()
+    try:
+        monkeypatch.setenv("ONEBIT_GITHUB_API", fake.url)
+        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+        monkeypatch.setenv("ONEBIT_RELEASE_REPO", REPO)
+        assert release(fx.repo, parts, "--publish")[0] == 0
+        [rel] = fake.releases.values()
+        assert (rel["tag_name"], rel["target_commitish"]) == (TAG, head)
+    finally:
+        fake.close()
+
+
 def test_release_tag_decides_once(built, tmp_path, capsys, monkeypatch):
     from test_release_publish import REPO, TOKEN, Fake
 

@@ -104,6 +104,37 @@ def test_release_directory(world, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".release", "release"))) == ["release"]
 
 
+def test_the_cuda_runtime_ships_licensed_and_named_in_every_asset(world, tmp_path):
+    """NVIDIA's cudart, cuBLAS and cuBLASLt in the nvidia bundle's cuda subtree (laid out by the real toolchain.ship):
+    the bundle tarball and the Lemonade cuda archive carry them with their license text, and the SBOM names each."""
+    from test_lemonade import CUDA_RUNTIME, ship_cuda_runtime, toolkit_root
+
+    prefix = build_prefix(tmp_path / "nv", ("cpu", "cuda"))
+    ship_cuda_runtime(prefix, toolkit_root(tmp_path / "tk"))
+    pkg = tmp_path / "onebit-cuda-2026.48-cuda_habc_0.conda"
+    pkg.write_bytes(b"conda")
+    built = flow.BuiltBundle(name="nvidia", prefix=prefix, packages=[pkg], pins=["llama.cpp"],
+                             records=world["built"].records)
+    settings = lemonade.Settings(repos={"cpu": "ggml-org/llama.cpp", "cuda": "lemonade-sdk/llama.cpp"},
+                                 cuda_arch=("sm_90",))
+    out = tmp_path / "release"
+    flow.assemble(root=world["root"], out=out, tag=TAG, previous_tag=None, date=dt.date(2026, 11, 29),
+                  config=flow.ReleaseConfig(repo="1bit-MONSTER/1bit-engine", lemonade=settings), built=[built],
+                  git_cache=lambda c: world["cache"] / f"{c}.git", mtime=MTIME)
+    lic = "share/licenses/nvidia-cublas/License.txt"
+    top = "1bit-v2026.48-linux-x86_64"
+    members = {m.name for m, _ in tarballs.members(out / f"{top}.tar.zst")}
+    assert {f"{top}/libexec/onebit/cuda/{lic}", f"{top}/libexec/onebit/cuda/lib/libcublasLt.so.13"} <= members
+    archive = out / "llama-v2026.48-ubuntu-cuda-sm_90-x64.tar.xz"
+    assert lemonade.contract_problems(archive) == []
+    with tarfile.open(archive) as tar:
+        assert f"llama-v2026.48-ubuntu-cuda-sm_90-x64/{lic}" in tar.getnames()
+    bom = json.loads((out / "sbom.cdx.json").read_text())
+    named = {c["name"]: c for c in bom["components"] if c["bom-ref"].startswith("redist:")}
+    assert set(named) == set(CUDA_RUNTIME)
+    assert named["nvidia-cublas"]["licenses"][0]["license"]["text"]["content"].startswith("NVIDIA Software License")
+
+
 def test_missing_upstream_license_refuses_and_keeps_the_previous_release(world, tmp_path):
     out = tmp_path / "release"
     run(world, out)

@@ -293,7 +293,10 @@ def test_the_passing_bump_is_merged_pushed_built_and_released_at(replay):
     assert {r.job.key: git(r.workspace, "rev-parse", "HEAD") for r in later} == {r.job.key: commit for r in later}
     built: dict[str, set[str]] = {}
     for res in later:
-        if res.job.job != "release":
+        if res.job.job != "release":  # each part records the commit it was built from, which the release checks
+            [name] = res.uploaded
+            part = json.loads((res.workspace / "built" / name.removeprefix("built-") / "toolchain.json").read_text())
+            assert part["project"] == {"commit": commit, "modified": []}, res.job.key
             for rec in records(res).values():
                 if (rec.get("source") or {}).get("pin"):  # serve is built from the project itself
                     built.setdefault(rec["source"]["pin"], set()).add(rec["source"]["commit"])

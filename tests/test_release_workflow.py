@@ -4,6 +4,7 @@ set), the hardware-gated jobs gate what they build, the final job assembles from
 job that builds or releases works on the one commit the first job (the bump merge) settled on."""
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import yaml
 from workflow_replay import classify, load_jobs, substitute
 
-from builders import config
+from builders import config, toolchain
 from builders.host import HostFacts, ToolFact
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
@@ -96,6 +97,53 @@ def test_cuda_fans_out_over_the_recipes_release_architectures():
     assert fan_out == {"cuda": "CMAKE_CUDA_ARCHITECTURES"}
     wf = yaml.safe_load(WORKFLOW.read_text())
     assert not [s for s in wf["jobs"]["cuda"]["steps"] if "apt" in str(s.get("run", ""))]  # nothing from apt
+
+
+CUDA_ENV = ("CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT", "CUDACXX", "CONDA_OVERRIDE_CUDA")
+
+
+def test_the_cuda_jobs_build_from_the_pinned_wheels_on_a_runner_without_cuda(tmp_path):
+    """Each cuda job installs nothing CUDA (no apt step, no toolkit variable) and runs `release-part nvidia --only cuda
+    --set cuda.CMAKE_CUDA_ARCHITECTURES=<arch>`; planned as that command plans on a hosted runner (no toolkit, no
+    driver), it fetches NVIDIA's wheels the recipe pins, compiles with their nvcc for that one architecture, and links
+    VMM's driver API (GGML_CUDA_NO_VMM OFF) against the link stub the toolchain step generates in the same root."""
+    from builders import host
+    from builders.session import parse_overrides
+
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    job = wf["jobs"]["cuda"]
+    assert job["runs-on"] == "ubuntu-24.04"
+    scopes = [wf.get("env") or {}, job.get("env") or {}, *[st.get("env") or {} for st in job["steps"]]]
+    assert not [k for scope in scopes for k in scope if k in CUDA_ENV]
+    runs = [st["run"] for st in job["steps"] if "run" in st]
+    assert [classify(r) for r in runs] == ["pip-install", "body"]  # nothing from apt, nothing else installed
+    assert not [r for r in runs if "cuda" in r.lower() and "release-part" not in r]
+    nvcc = next(t for t in PROJECT.recipes["cuda"].variant("default").toolchain if t.tool == "nvcc")
+    env = {k: v for k, v in os.environ.items() if k not in CUDA_ENV}
+    toolchains = tmp_path / "cache" / "toolchains"  # a fresh runner's cache: no toolkit assembled yet
+    facts = host.gather(all_tools(PROJECT, "nvidia"), env, toolchains=toolchains)
+    archs = []
+    for b in [b for b in bodies() if b.job.startswith("build cuda ")]:
+        assert b.argv[b.argv.index("release-part") + 1:b.argv.index("--tag")] == ["nvidia"] and b.opt("--only") == ["cuda"]
+        [setting] = b.opt("--set")
+        arch = setting.removeprefix("cuda.CMAKE_CUDA_ARCHITECTURES=")
+        archs.append(arch)
+        plan = make_plan(PROJECT, "nvidia", facts, Layout(root=ROOT, cache=tmp_path / "cache", work=tmp_path / "w",
+                                                         out=tmp_path / "o"),
+                         only=set(_words(b.opt("--only"))), overrides=parse_overrides([setting]))
+        fetch = plan.step("toolchain:nvcc").data
+        assert [(w.package, w.version, w.sha256) for w in fetch.wheels] == [(w.package, w.version, w.sha256)
+                                                                             for w in nvcc.wheels]
+        root = Path(fetch.dest)
+        assert root == host.wheel_root(nvcc, toolchains)
+        [missing] = [m for m in plan.missing if m.startswith("nvcc ")]  # until release-part's toolchain step fetches it
+        assert f"not at {root}/bin/nvcc" in missing and "downloads nvidia-cuda-nvcc==13.0.88" in missing
+        configure = plan.step("build:cuda").commands[0].argv
+        assert {f"-DCMAKE_CUDA_ARCHITECTURES={arch}", f"-DCMAKE_CUDA_COMPILER={root}/bin/nvcc", "-DGGML_CUDA_NO_VMM=OFF",
+                f"-DCUDA_cuda_driver_LIBRARY={root}/lib64/stubs/libcuda.so"} <= set(configure)
+        assert f"{root}/lib64/stubs/libcuda.so" == f"{root}/lib64/{Path(toolchain.DRIVER_STUB).relative_to('lib')}"
+        assert {r.root for r in plan.step("stage:cuda").data.runtime} == {str(root)}  # cudart, cuBLAS shipped from it
+    assert sorted(archs) == sorted(PROJECT.recipes["cuda"].data["build"]["options"]["CMAKE_CUDA_ARCHITECTURES"].split(";"))
 
 
 def test_hardware_jobs_gate_what_they_build():
@@ -202,3 +250,17 @@ def test_only_the_merged_bumps_become_unpushed():
     assert bumps.unpushed(results, ["bump/a-1"], "push to main", "refused") == [
         BumpResult("bump/a-1", "push to main", "refused", "unpushed"), results[1], results[2]]
     assert bumps.unpushed(results, [], "push to main", "refused") == results
+
+
+def test_docs_pins_says_what_the_first_job_runs_and_what_its_commit_is_for():
+    """docs/pins.md names the first job's command as release.yml runs it, and what its `commit` output does."""
+    doc = (ROOT / "docs" / "pins.md").read_text()
+    section = doc[doc.index("## The release merges passing bumps"):doc.index("## Configuration")]
+    [push] = [s for s in yaml.safe_load(WORKFLOW.read_text())["jobs"]["bumps"]["steps"] if s.get("id") == "push"]
+    assert push["run"].replace('"$GITHUB_OUTPUT"', "$GITHUB_OUTPUT") in section
+    assert "${{ needs.bumps.outputs.commit }}" in section and '--target "$COMMIT"' in section
+    released = [b for b in bodies() if b.argv[:2] == ["1bit-build", "release"]]
+    assert all(b.opt("--target") == [COMMIT] for b in released)
+    for case in ("the pushed merge", "the push is refused", "`unpushed`", "(`--dry-run`), the commit checked out",
+                 "lets the workflow's token push", "a repository setting"):
+        assert case in section, case

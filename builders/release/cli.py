@@ -93,7 +93,8 @@ def cmd_release(args) -> int:
     from . import bumps as bump_merge
     from . import compose, flow
     from . import tag as tags
-    from .publish import GitHubReleases, built_commit, publish, release_tags
+    from . import target as targets
+    from .publish import GitHubReleases, publish, release_tags
 
     project = config.load_project(args.root)
     cfg = flow.load_config(project.root)
@@ -112,12 +113,15 @@ def cmd_release(args) -> int:
         merged = bump_merge.merge_passing(project.root, log=lambda m: console.print(m, highlight=False))
         bumps += merged.results
         project = config.load_project(project.root)
-    target = args.target or (built_commit(project.root) if args.publish else None)  # the commit the bundles are built from
     out = Path(args.release_out or project.root / ".onebit" / "release" / the_tag).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
+    # the commit the release points at is the one it is assembled from: HEAD when building here (checked before the
+    # build), the commit the parts recorded with --from (targets.decide)
     if args.built_from:
         parts = compose.find_parts(Path(args.built_from))
+        target = targets.for_release(project.root, args.target, parts=parts, publish=args.publish)
     else:
+        target = targets.for_release(project.root, args.target, publish=args.publish)
         parts = [p for name in args.bundles for p in compose.find_parts(
             build_part(args, project, name, version=version, build_number=build_number))]
     with tempfile.TemporaryDirectory(prefix=".assemble-", dir=out.parent) as scratch:
@@ -228,8 +232,9 @@ def register(sub) -> None:
     r.add_argument("--merge-bumps", action="store_true",
                    help="merge the passing bump/<pin>-<sha12> pull requests into this checkout before building; "
                         "record the held ones (pushed to the base branch with --publish)")
-    r.add_argument("--target", metavar="COMMIT", help="the commit the bundles were built from, which the release points "
-                   "at (default: HEAD of the checkout, which must be clean)")
+    r.add_argument("--target", metavar="COMMIT", help="the commit the release points at, checked against what it is "
+                   "assembled from: HEAD of the (clean) checkout when building here; with --from, the commit every part "
+                   "recorded (default: that commit, when publishing)")
     r.add_argument("--offline", action="store_true", help="use only the caches and local mirrors; never download")
     r.set_defaults(func=cmd_release)
 

@@ -174,6 +174,7 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
                 base = root / "recipes" / "patches" / src.get("patch_dir", data.get("name", recipe.stem))
                 patches.setdefault(src["pin"], []).extend(base / p["file"] for p in src["patches"])
         records = [r for b in built for r in b.records.values()]
+        redistributables = [r for b in built for r in sbom.read_redistributables(prefixes[b.name])]
         (rel / "sbom.cdx.json").write_text(sbom.make_sbom(
             tag=tag, version=tags.version(tag),
             pins=[sbom.PinInfo(n, pins[n].get("url", ""), pins[n]["commit"], pins[n].get("license"))
@@ -181,7 +182,7 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             patches=patches, wheels=[*sorted({w for b in built for w in b.wheels}), *sorted(dists)],
             toolchain=sorted({(t, v) for r in records for t, v in r.get("tools", {}).items()}, key=str),
             inputs=sorted({tuple(sorted(i.items())) for r in records for i in r.get("inputs", [])}),
-            timestamp=dt.datetime.fromtimestamp(mtime, tz=dt.UTC)))
+            timestamp=dt.datetime.fromtimestamp(mtime, tz=dt.UTC), redistributables=redistributables))
         prev_rev = previous_tag if previous_tag and _has_rev(root, previous_tag) else None
         doc = changes.make_changes(tag=tag, previous_tag=previous_tag, date=date.isoformat(), repo=root,
                                    prev_rev=prev_rev, rev=None if not _has_rev(root, "HEAD") else "HEAD",

@@ -16,6 +16,10 @@ What Lemonade does, read from its source (lemonade-sdk/lemonade; the commit is `
   Anything else is "update_required" and is replaced by its stock build whenever it is online.
 
 So `install_all` records the tag it installed as that `<backend>_bin` setting, in the config.json Lemonade reads.
+
+An archive holds the variant's `bin/` and `lib/`, the release's LICENSE, NOTICE and upstream licenses, and what the
+subtree ships from a toolchain with its license text (`share/licenses/<package>/`, `share/onebit/redistributables.json`:
+the cuda archive's cudart, cuBLAS and cuBLASLt under NVIDIA's EULA); one that would lack a named file is refused.
 """
 from __future__ import annotations
 
@@ -37,9 +41,11 @@ from ..archives import member_problem
 from ..config import file_sha256 as sha256
 from ..errors import OnebitError
 from .. import lock, swap, tarball
+from ..toolchain import REDISTRIBUTABLES
 
 RECIPE = "llamacpp"
 SERVER = "llama-server"
+LICENSES = "share/licenses"  # in a variant's subtree: the license text of what it ships from a toolchain
 
 # Our variant id -> the Lemonade llamacpp backend it stands in for. Only these get an archive: hrx and lean-vulkan have
 # no slot in Lemonade (its validate_backend_choice refuses them); they reach Lemonade through the `onebit` backend.
@@ -216,10 +222,14 @@ def parse_name(name: str) -> Parsed:
 
 
 def archive_files(prefix: Path, root: str, licenses: Mapping[str, Path]) -> dict[str, Path]:
-    """Pure-ish: the archive's members for one backend: `<root>/bin`, `<root>/lib` and the license files."""
+    """The archive's members for one backend: `<root>/bin` and `<root>/lib`; what the subtree ships from a toolchain
+    with its license (`share/licenses/` and `share/onebit/redistributables.json`, where the variant has them: the cuda
+    subtree's cudart, cuBLAS and cuBLASLt under NVIDIA's EULA); and the release's license files."""
     base = prefix / root
-    files = {rel: e.src for under in ("bin", "lib")
+    files = {rel: e.src for under in ("bin", "lib", LICENSES)
              for rel, e in tarball.tree_entries(base / under, under, follow_links=True).items()}
+    if (base / REDISTRIBUTABLES).is_file():
+        files[REDISTRIBUTABLES] = base / REDISTRIBUTABLES
     servers = [rel for rel in files if PurePosixPath(rel).name == SERVER]
     if len(servers) != 1:
         raise OnebitError(f"{base}: a Lemonade archive needs exactly one {SERVER}, found {len(servers)}: {servers}",
@@ -227,8 +237,29 @@ def archive_files(prefix: Path, root: str, licenses: Mapping[str, Path]) -> dict
     for need in ("LICENSE", "NOTICE"):
         if need not in licenses:
             raise OnebitError(f"a Lemonade archive needs {need}; none was given")
+    both = sorted(set(files) & set(licenses))
+    if both:
+        raise OnebitError(f"{base}: {both[0]} is both in the subtree and one of the release's license files")
     files.update({name: Path(src) for name, src in licenses.items()})
+    missing = redistributable_problems(files.get(REDISTRIBUTABLES), lambda rel: rel in files)
+    if missing:
+        raise OnebitError(f"{base}: {missing[0]}", hint="the variant ships a toolchain's files only with their license: "
+                                                         "build it again (builders/toolchain.py ship)")
     return files
+
+
+def redistributable_problems(doc: Path | bytes | None, has: Callable[[str], bool]) -> list[str]:
+    """What redistributables.json (a path, or its bytes) names that is not beside it (`has(rel)`: a path relative to
+    the subtree is there): each shipped file and each license text."""
+    if doc is None:
+        return []
+    try:
+        data = json.loads(doc if isinstance(doc, bytes) else Path(doc).read_bytes())
+        entries = data["redistributables"]
+        named = [(e["package"], rel) for e in entries for rel in [*e["files"], *e["license_files"]]]
+    except (ValueError, KeyError, TypeError):
+        return [f"{REDISTRIBUTABLES} is not what builders/toolchain.py writes"]
+    return [f"{REDISTRIBUTABLES} names {rel} ({package}), which is not there" for package, rel in named if not has(rel)]
 
 
 def make_archives(prefix: Path, out: Path, tag: str, licenses: Mapping[str, Path], *, mtime: int,
@@ -290,9 +321,14 @@ def contract_problems(archive: Path) -> list[str]:
         if m.issym() or m.islnk() or not (m.isfile() or m.isdir()):
             problems.append(f"{archive.name}: {m.name} is a link or special file")
     top = next(iter(tops)) if len(tops) == 1 else ""
+    names = {m.name for m in members}
     for need in ("LICENSE", "NOTICE"):
-        if f"{top}/{need}" not in {m.name for m in members}:
+        if f"{top}/{need}" not in names:
             problems.append(f"{archive.name}: no {need} in the top folder")
+    if f"{top}/{REDISTRIBUTABLES}" in names:  # what it ships from a toolchain goes with its license text
+        with tarfile.open(archive) as tar:
+            doc = tar.extractfile(f"{top}/{REDISTRIBUTABLES}").read()
+        problems += [f"{archive.name}: {p}" for p in redistributable_problems(doc, lambda rel: f"{top}/{rel}" in names)]
     return problems
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,24 +114,6 @@ def release_tags(client: GitHubReleases) -> tuple[list[str], list[str]]:
     """(published tags, draft tags) of the release store, for tag.release_tag."""
     releases = client.releases()
     return [r["tag_name"] for r in releases if not r.get("draft")], [r["tag_name"] for r in releases if r.get("draft")]
-
-
-def built_commit(root: Path, *, clean: bool = True) -> str:
-    """The commit a checkout's build is from: HEAD, refused (with `clean`) when tracked files differ from it."""
-    def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
-
-    head = git("rev-parse", "--verify", "HEAD^{commit}")
-    if head.returncode != 0:
-        raise PublishError(f"{root} is not a git checkout with a commit: the release must point at the commit it was "
-                           "built from", hint="publish from a clone of the repository, or pass --target COMMIT")
-    if clean:
-        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.splitlines()
-        if dirty:
-            raise PublishError(f"{root} has uncommitted changes ({', '.join(d[3:] for d in dirty[:3])}"
-                               f"{', ...' if len(dirty) > 3 else ''}): what was built is not a commit",
-                               hint="commit or stash them and build again, or pass --target COMMIT")
-    return head.stdout.strip()
 
 
 def _target_problem(release: dict, tag: str, target: str | None) -> str | None:
