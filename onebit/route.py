@@ -38,6 +38,10 @@ DEVICE_BACKENDS = {
     "cpu": ("cpu",),
     "cuda": ("cuda",),
 }
+# A device the engine's Lemonade backend asks for by name, served by another backend where this bundle has no program
+# of its own for it: `--device zinc` is how 1bit-MONSTER/lemonade reaches an NVIDIA GPU, and the nvidia bundle reaches
+# it through cuda (on an H200, llama.cpp's CUDA build decoded 1.8x ZINC's rate on F16 and 3.4x on Q8_0: docs/zinc.md)
+STANDINS = {"zinc": ("cuda", "zinc is not in this bundle: CUDA0 serves the NVIDIA GPU through the cuda backend")}
 # what --device auto picks for an ordinary GGUF, first present in the manifest wins
 AUTO_ORDER = ("vulkan", "cuda", "hrx", "rocm", "cpu")
 HADAMARD_FEATURE = "hadamard_w4a4"
@@ -335,6 +339,9 @@ def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None
         raise _Refused("no-device", f"no backend in this bundle can serve {name} (has: {_held(manifest)})")
 
     if _backend_for(want, manifest) is None:
+        standin = STANDINS.get(want)
+        if standin and manifest is not None and _backend_for(standin[0], manifest) is not None:
+            return standin[0]
         raise _Refused("device-missing", _missing(want, manifest, f"--device {want}"))
     return want
 
@@ -600,9 +607,11 @@ def _route_child(
         args.drop(key)
     binary = _resolve_binary(backend, adapter, flags, manifest, renv)
     argv = (binary, *args.flat(), *flags.extra)
+    standin = STANDINS.get(want_device)
+    notes = (standin[1],) if standin and device == standin[0] and want_device != device else ()
     return Child(role=role, backend=backend, device=device, binary=binary, argv=argv,
                  env={k: v for k, v in env.items() if k not in renv.env}, host=host, port=port, recipes=applied,
-                 slots=slots, bind=_last_host(argv[1:], host))
+                 slots=slots, bind=_last_host(argv[1:], host), notes=notes)
 
 
 @dataclass(frozen=True)
