@@ -272,6 +272,21 @@ class Fake:
             return h.reply(200, raw=self.logs.get(int(m[1]), "").encode())
         return h.reply(404, {"message": "Not Found"})
 
+    def kill_mid_upload(self, name: str, argv: list[str], *, env: dict, cwd, wait: float = 60) -> None:
+        """Run `argv` (an uploader), SIGKILL it while it sends `name`, then let the server go on reading."""
+        import signal
+        import subprocess
+
+        started, proceed = self.pause_upload(name)
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert started.wait(wait), proc.communicate(timeout=5)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            proceed.set()
+        assert proc.returncode == -signal.SIGKILL
+
     def pause_upload(self, name: str) -> tuple[threading.Event, threading.Event]:
         """The next upload of `name` stops reading after its first 64 KiB: `started` is set then, and reading goes on
         once the test sets `proceed` (after it killed the uploader, say)."""

@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -243,17 +241,8 @@ def test_a_kill_mid_upload_is_finished_by_the_next_run(fake, tmp_path):
     files = [tmp_path / "a.conda", big, tmp_path / "SHA256SUMS"]
     files[0].write_bytes(b"conda")
     files[2].write_bytes(b"sums")
-    started, proceed = fake.pause_upload(big.name)
     env = {**os.environ, "GITHUB_TOKEN": TOKEN, "ONEBIT_GITHUB_API": fake.url, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", UPLOADER, REPO, BUILT, *map(str, files)], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert started.wait(60), proc.communicate(timeout=5)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        proceed.set()
-    assert proc.returncode == -signal.SIGKILL
+    fake.kill_mid_upload(big.name, [sys.executable, "-c", UPLOADER, REPO, BUILT, *map(str, files)], env=env, cwd=ROOT)
     [rel] = fake.releases.values()
     assert rel["draft"] is True
     assert {a["name"]: a["state"] for a in fake.assets.values()} == {"a.conda": "uploaded", big.name: "starter"}

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -42,17 +40,10 @@ def test_a_release_killed_while_publishing_is_resumed_under_the_same_tag(mini, t
     root = clone(mini, tmp_path / "clone")
     built = git(root, "rev-parse", "HEAD")
     base = tmp_path / "b"
-    started, proceed = fake.pause_upload("SHA256SUMS")  # the last asset: the uploader is killed while it is sent
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from builders.cli import main; sys.exit(main(sys.argv[1:]))",
-                             *argv(root, base, "--out", str(base / "r1"))], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        assert started.wait(300), proc.communicate(timeout=5)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        proceed.set()
-    assert proc.returncode == -signal.SIGKILL
+    # the last asset: the uploader is killed while it is sent
+    fake.kill_mid_upload("SHA256SUMS", [sys.executable, "-c", "import sys; from builders.cli import main; "
+                                        "sys.exit(main(sys.argv[1:]))", *argv(root, base, "--out", str(base / "r1"))],
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, wait=300)
     [rel] = fake.releases.values()
     assert (rel["tag_name"], rel["draft"], rel["target_commitish"]) == (TAG, True, built)
 

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import yaml
 
+from builders.config import file_sha256
+
 
 class ReplayError(Exception):
     pass
@@ -397,14 +399,6 @@ class ArtifactStore:
 # ---- the replay ------------------------------------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 class Replay:
     def __init__(self, workflow: Path, *, repo_url: str, base: Path, runner: Callable[[Job], RunnerModel],
                  github: dict, inputs: dict | None = None, variables: dict | None = None, max_parallel: int = 8,
@@ -449,7 +443,7 @@ class Replay:
             for pat in patterns:
                 for f in sorted(glob.glob(str(workspace / pat), recursive=True)):
                     if Path(f).is_file():
-                        h.update(bytes.fromhex(_sha256(Path(f))))
+                        h.update(bytes.fromhex(file_sha256(Path(f))))
             return h.hexdigest()
         return {"hashFiles": hash_files, "always": lambda: True, "success": lambda: not failed[0],
                 "failure": lambda: failed[0], "cancelled": lambda: False}
@@ -584,7 +578,7 @@ class Replay:
             subjects = sorted(glob.glob(str(workspace / with_["subject-path"])))
             if not subjects:
                 raise ReplayError(f"attest-build-provenance: nothing matches {with_['subject-path']}")
-            res.attested = {Path(s).name: _sha256(Path(s)) for s in subjects if Path(s).is_file()}
+            res.attested = {Path(s).name: file_sha256(Path(s)) for s in subjects if Path(s).is_file()}
         else:
             raise ReplayError(f"{job.key}: the replay does not know the action {action}")
 
