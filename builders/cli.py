@@ -6,7 +6,6 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -136,25 +135,13 @@ FETCH_ACTIONS = ("fetch", "wheels", "toolchain", "submodules", "hf", "crates")
 
 
 def cmd_build(args) -> int:
-    from .execute import Executor
+    from .build import build
 
-    project, plan = _plan(args)
     if args.dry_run:
+        project, plan = _plan(args)
         print_plan(plan, project, verbose=args.verbose)
         return unbuildable(plan)
-    preflight(plan.layout)
-    if plan.only_fetchable_missing() and any(s.action == "toolchain" for s in plan.steps):
-        # toolchain inputs the fetch step provides (the CUDA toolkit from NVIDIA's wheels, the Vulkan SDK from Debian's
-        # packages): fetch (offline: from the download cache) and assemble them, then look again. A host that lacks
-        # anything else is refused before any download.
-        refuse(plan, tools=False)
-        first = [s for s in plan.steps if s.action == "toolchain"]
-        with locked(plan.layout, out=False):
-            Executor(replace(plan, steps=first), project, offline=args.offline, console=console).run()
-        project, plan = _plan(args)
-    refuse(plan)
-    with locked(plan.layout):
-        report = Executor(plan, project, offline=args.offline, force=args.force, console=console).run()
+    plan, report = build(lambda: _plan(args), offline=args.offline, force=args.force, console=console)
     built = sum(1 for s in report.ran if s.startswith("build:"))
     console.print(f"[green]done[/]: {len(report.ran)} step(s) ran ({built} build), {len(report.cached)} cached; "
                   f"output in {plan.layout.out}")

@@ -6,7 +6,6 @@ ggml-vulkan skips CPU-type Vulkan devices unless GGML_VK_VISIBLE_DEVICES selects
 never does."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import requests
 from rich.console import Console
 
 from builders import config, host
-from builders.execute import Executor
+from builders.build import build
 from builders.install import install_bundle
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
@@ -51,21 +50,16 @@ def vulkan_bundle(cpu_bundle, tmp_path_factory, request):
     project = config.load_project(ROOT)
     layout = Layout(root=ROOT, cache=cpu_bundle.layout.cache, work=base / "work", out=base / "out")
     def planned():
-        return make_plan(project, "vulkan", host.gather(all_tools(project, "vulkan"), toolchains=layout.cache / "toolchains"),
-                         layout)
+        facts = host.gather(all_tools(project, "vulkan"), toolchains=layout.cache / "toolchains")
+        return project, make_plan(project, "vulkan", facts, layout)
 
-    plan = planned()
-    if plan.missing:  # as `1bit-build build` does: the pinned Vulkan SDK is fetched and assembled first, then plan again
-        assert plan.only_fetchable_missing(), plan.missing
-        Executor(dataclasses.replace(plan, steps=[s for s in plan.steps if s.action == "toolchain"]), project).run()
-        plan = planned()
-    assert plan.missing == [], plan.missing
     old = os.environ.get("GGML_VK_VISIBLE_DEVICES")
     os.environ.update(LAVAPIPE)  # so the recipe test marked `needs: gpu` finds its device and runs
     console = Console(stderr=True, record=True, width=200)  # what the build said, for the tests to read
     try:
-        with live_output(request):
-            report = Executor(plan, project, console=console).run()
+        with live_output(request):  # as `1bit-build build`: the pinned Vulkan SDK first, every toolchain or nothing
+            plan, report = build(planned, console=console)
+        assert plan.missing == [], plan.missing
         report.log, report.plan = console.export_text(), plan
     finally:
         os.environ.pop("GGML_VK_VISIBLE_DEVICES") if old is None else os.environ.update(GGML_VK_VISIBLE_DEVICES=old)

@@ -7,7 +7,6 @@ pinned commit can be had from a local git repository, named by ONEBIT_TEST_ZINC_
 zolotukhin/zinc), and says so where it cannot."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 import requests
 
 from builders import config, host
-from builders.execute import Executor
+from builders.build import build
 from builders.fetch import cached
 from builders.install import install_bundle
 from builders.plan import all_tools, make_plan
@@ -53,16 +52,11 @@ def zinc_prefix(cpu_bundle, tmp_path_factory, request):
 
     def planned():
         facts = host.gather(all_tools(project, "strix"), toolchains=cache / "toolchains")
-        return make_plan(project, "strix", facts, layout, only={"zinc", "serve"})
+        return project, make_plan(project, "strix", facts, layout, only={"zinc", "serve"})
 
-    plan = planned()
-    with live_output(request):
-        if plan.missing:  # zig and the Vulkan SDK are pinned toolchain inputs: fetched and assembled first
-            assert plan.only_fetchable_missing(), plan.missing
-            Executor(dataclasses.replace(plan, steps=[s for s in plan.steps if s.action == "toolchain"]), project).run()
-            plan = planned()
-        assert plan.missing == [], plan.missing
-        Executor(plan, project).run()
+    with live_output(request):  # zig and the Vulkan SDK are pinned toolchain inputs: assembled first
+        plan, _ = build(planned)
+    assert plan.missing == [], plan.missing
     prefix = base / "prefix"
     install_bundle(layout.out / "channel", prefix, "strix", cache_dir=base / "pkgs")
     return prefix

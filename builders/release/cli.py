@@ -35,31 +35,19 @@ def build_part(args, project, name: str, *, version: str, build_number: int, onl
     """Build (part of) a bundle at a release's version and build number, as `1bit-build build` does: toolchain inputs
     fetched first where the plan needs them, every toolchain present or nothing done, the directories locked.
     Returns the out dir, where the build also leaves toolchain.json (what it knew)."""
-    from dataclasses import replace
-
-    from ..execute import Executor
+    from ..build import build
     from ..host import gather
     from ..plan import all_tools, make_plan
-    from ..session import layout_for, locked, preflight, refuse
+    from ..session import layout_for
 
     layout = layout_for(args, name)
 
     def planned():
         facts = gather(all_tools(project, name), toolchains=layout.cache / "toolchains")
-        return make_plan(project, name, facts, layout, build_number=build_number, version=version, only=only,
-                         overrides=overrides or {})
+        return project, make_plan(project, name, facts, layout, build_number=build_number, version=version, only=only,
+                                  overrides=overrides or {})
 
-    plan = planned()
-    preflight(layout)
-    if plan.only_fetchable_missing() and not args.offline and any(s.action == "toolchain" for s in plan.steps):
-        refuse(plan, tools=False)  # toolchain inputs the fetch step provides (CUDA wheels): fetch them, look again
-        with locked(layout, out=False):
-            Executor(replace(plan, steps=[s for s in plan.steps if s.action == "toolchain"]), project,
-                     console=console).run()
-        plan = planned()
-    refuse(plan)
-    with locked(layout):
-        report = Executor(plan, project, offline=args.offline, console=console).run()
+    _, report = build(planned, offline=args.offline, console=console)
     built = sum(1 for s in report.ran if s.startswith("build:"))
     console.print(f"[green]built[/] {name}: {len(report.ran)} step(s) ran ({built} build), {len(report.cached)} cached; "
                   f"output in {layout.out}", highlight=False)
