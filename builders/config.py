@@ -108,6 +108,11 @@ class DebInput:
     path: str
     sha256: str
 
+    @property
+    def name(self) -> str:
+        """The package file's name (glslc_2025.2-1_amd64.deb)."""
+        return self.path.rsplit("/", 1)[-1]
+
 
 @dataclass(frozen=True)
 class Tool:

@@ -1,7 +1,7 @@
 """debs: toolchain inputs shipped as Debian packages (.deb), pinned by pool path and sha256.
 
-A recipe names each package the way Debian's archive does (`pool/main/s/shaderc/glslc_2025.2-1_amd64.deb`) with the
-sha256 of the file; the fetch step downloads it through the project's one HTTP session from a Debian archive, checks the
+A recipe names each package (config.DebInput) the way Debian's archive does
+(`pool/main/s/shaderc/glslc_2025.2-1_amd64.deb`) with the sha256 of the file; the fetch step downloads it through the project's one HTTP session from a Debian archive, checks the
 sha256, and unpacks its data member. No archive host is written anywhere in the project: the archive comes from
 `$ONEBIT_DEBIAN_MIRROR`, else from the host's own apt sources (every Debian archive URI they list, in order), so a Debian
 host needs no setting at all.
@@ -17,29 +17,18 @@ import re
 import shutil
 import tarfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
+
+import requests
 
 from .archives import member_problem
-from .config import file_sha256
+from .config import DebInput, file_sha256
 from .errors import FetchError
 from .swap import replace_dir
 
 MIRROR_ENV = "ONEBIT_DEBIAN_MIRROR"
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 _POOL = re.compile(r"^pool/[a-z0-9-]+/[a-z0-9+.-]+/[a-z0-9+.-]+/[A-Za-z0-9+.~_-]+\.deb$")
-
-
-@dataclass(frozen=True)
-class Deb:
-    """One pinned package: where it lies in a Debian archive, and the sha256 of the file."""
-
-    path: str  # pool/main/s/shaderc/glslc_2025.2-1_amd64.deb
-    sha256: str
-
-    @property
-    def name(self) -> str:
-        return PurePosixPath(self.path).name
 
 
 def pool_path_problem(path: str) -> str | None:
@@ -120,13 +109,13 @@ def mirrors(env: Mapping[str, str] | None = None, paths: Sequence[Path] = APT_SO
 
 
 # ---- fetch -----------------------------------------------------------------------------------------------------------
-def fetch(deb: Deb, downloads: Path, *, offline: bool = False, archives: Sequence[str] | None = None,
+def fetch(deb: DebInput, downloads: Path, *, offline: bool = False, archives: Sequence[str] | None = None,
           session=None, log=lambda m: None) -> Path:
     """The verified .deb in the download cache (`downloads/<sha256>/<name>`), downloaded when missing."""
     problem = pool_path_problem(deb.path)
     if problem:
         raise FetchError(problem, hint="copy the Filename field of the package's entry in the archive's Packages index")
-    name = PurePosixPath(deb.path).name  # deb: anything with `path` and `sha256` (config.DebInput, Deb)
+    name = deb.name
     where = downloads / deb.sha256
     have = where / name
     if have.is_file() and file_sha256(have) == deb.sha256:
@@ -159,7 +148,7 @@ def fetch(deb: Deb, downloads: Path, *, offline: bool = False, archives: Sequenc
                     with open(tmp / name, "wb") as f:
                         for chunk in resp.iter_content(1 << 20):
                             f.write(chunk)
-        except (OSError, Exception) as exc:  # requests' errors and a missing file: this archive cannot serve it
+        except (OSError, requests.RequestException) as exc:  # this archive cannot serve it: try the next
             failures.append(f"{base}: {type(exc).__name__}: {str(exc)[:200]}")
             continue
         got = file_sha256(tmp / name)

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
@@ -195,7 +195,7 @@ class Executor:
         how = toolchain.fetch_and_assemble(d.wheels, self.layout.downloads(), Path(d.dest), offline=self.offline,
                                            log=lambda m: progress.update(task, description=f"{step.title}: {m}"),
                                            debs=d.debs)
-        inputs = [w.requirement for w in d.wheels] + [PurePosixPath(x.path).name for x in d.debs]
+        inputs = [w.requirement for w in d.wheels] + [x.name for x in d.debs]
         self.log(f"{d.tool}: {', '.join(inputs)}: {how}")
 
     def do_submodules(self, step: Step, progress, task) -> None:

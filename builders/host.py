@@ -63,7 +63,7 @@ def _run_version(argv: list[str]) -> str | None:
     return parse_version(proc.stdout + "\n" + proc.stderr)
 
 
-def wheel_root(tool: Tool, toolchains: Path) -> Path:
+def pinned_root(tool: Tool, toolchains: Path) -> Path:
     """Where the toolchain step assembles a tool's pinned inputs (wheels, or Debian packages): one folder named by
     their sha256s (and the assembly's own version), so other inputs, or another assembly, never reuse it."""
     h = hashlib.sha256("\n".join([ASSEMBLY, *sorted(w.sha256 for w in tool.wheels),
@@ -93,7 +93,7 @@ def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = No
     if tool.env or tool.path:
         root = env.get(tool.env, "") if tool.env else ""
         if not root and tool.pinned and toolchains is not None:  # the variable is an override of the pinned inputs
-            root = str(wheel_root(tool, toolchains))
+            root = str(pinned_root(tool, toolchains))
         root = root or tool.default or ""
         exe = Path(root) / (tool.path or tool.tool)
         found = exe.is_file()  # a program, or a marker file such as the kernel headers' Makefile

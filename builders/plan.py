@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from .config import PLACEHOLDER, Bundle, Pin, Project, Recipe, Tool, Variant, describe_placeholders
 from .errors import OnebitError
-from .host import HostFacts, ToolFact, version_ok, wheel_root
+from .host import HostFacts, ToolFact, version_ok, pinned_root
 from .kinds import KINDS, KindContext, flags
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, CratesData, ExtraSource, FetchData, HfData,
                          Layout, PackageData, Plan, RecipeTest, RuntimeData, SourceData, StageData, Step,
@@ -67,7 +67,7 @@ def missing_tools(variant: Variant, facts: Mapping[str, ToolFact], *, fetchable_
             continue
         if fact is None or not fact.found:
             if tool.pinned and fact is not None:
-                inputs = [w.requirement for w in tool.wheels] + [PurePosixPath(d.path).name for d in tool.debs]
+                inputs = [w.requirement for w in tool.wheels] + [d.name for d in tool.debs]
                 out.append(f"{label} for {variant.id}: not at {fact.path}; `1bit-build fetch BUNDLE` downloads "
                            f"{', '.join(inputs)} (sha256-checked) into the cache"
                            f"{', or set ' + tool.env + ' to override them with a toolkit' if tool.env else ''}{why}")
@@ -252,12 +252,12 @@ def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[St
     out = []
     for tool in variant.toolchain:
         fact = host.tools.get(tool.key)
-        if not (tool.pinned and fact is not None and fact.root == str(wheel_root(tool, layout.cache / "toolchains"))):
+        if not (tool.pinned and fact is not None and fact.root == str(pinned_root(tool, layout.cache / "toolchains"))):
             continue
         what = f"{len(tool.wheels)} wheel(s)" if tool.wheels else f"{len(tool.debs)} Debian package(s)"
         commands = tuple(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", w.requirement))
                          for w in tool.wheels)
-        commands += tuple(Command(("curl", "-fo", PurePosixPath(d.path).name, f"<debian archive>/{d.path}")) for d in tool.debs)
+        commands += tuple(Command(("curl", "-fo", d.name, f"<debian archive>/{d.path}")) for d in tool.debs)
         out.append(Step(
             id=f"toolchain:{tool.tool}", action="toolchain",
             title=f"fetch {what} (sha256-checked) and assemble the {tool.tool} toolchain",

@@ -155,10 +155,9 @@ def driver_stub(root: Path, cc: str | None = None) -> Path | None:
 
 def assemble(wheels: Sequence[tuple[object, Path]], dest: Path, *, cc: str | None = None, log: Log = _noop) -> None:
     """Unpack (WheelInput, wheel file) pairs into one toolchain root at dest: written aside, swapped into place."""
-    from .swap import replace_dir
+    from .swap import building
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
-    try:
+    with building(dest) as tmp:
         owners: dict[str, str] = {}
         entries = []
         for spec, wheel in wheels:
@@ -181,9 +180,6 @@ def assemble(wheels: Sequence[tuple[object, Path]], dest: Path, *, cc: str | Non
                 entry["ship"][name] = file_sha256(f)
         (tmp / METADATA).write_text(json.dumps({"assembly": ASSEMBLY, "wheels": entries}, indent=2, sort_keys=True) + "\n")
         (tmp / ".complete").write_text("".join(f"{e['package']}=={e['version']} sha256:{e['sha256']}\n" for e in entries))
-        replace_dir(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def fetch_and_assemble(wheels: Sequence, downloads: Path, dest: Path, *, offline: bool = False, log: Log = _noop,
@@ -242,17 +238,15 @@ def assemble_debs(debs: Sequence[tuple[object, Path]], dest: Path, *, log: Log =
     libraries a build links against: libvulkan.so, never the packages' libc), lib/pkgconfig/, share/cmake/.
     Written aside, swapped into place; `onebit-toolchain.json` names every package."""
     from . import debs as debian
-    from .config import file_sha256
-    from .swap import replace_dir
+    from .swap import building
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
-    try:
+    with building(dest) as tmp:
         tree = tmp / DEB_TREE
         entries = []
         for spec, deb in debs:
             log(f"unpack {deb.name}")
             debian.unpack(deb, tree)
-            entries.append({"path": spec.path, "sha256": spec.sha256, "file_sha256": file_sha256(deb)})
+            entries.append({"path": spec.path, "sha256": spec.sha256})  # debs.fetch checked the file against it
         private = (tree / LOADER).is_file()
         for prog in sorted((tree / "usr" / "bin").glob("*")) if (tree / "usr" / "bin").is_dir() else []:
             if prog.is_file() and os.access(prog, os.X_OK):
@@ -274,9 +268,6 @@ def assemble_debs(debs: Sequence[tuple[object, Path]], dest: Path, *, log: Log =
             (lib / "pkgconfig" / pc.name).write_text(pc_file(pc.read_text()))
         (tmp / METADATA).write_text(json.dumps({"assembly": ASSEMBLY, "debs": entries}, indent=2, sort_keys=True) + "\n")
         (tmp / ".complete").write_text("".join(f"{e['path']} sha256:{e['sha256']}\n" for e in entries))
-        replace_dir(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- what a variant ships ----------------------------------------------------------------------------------------------

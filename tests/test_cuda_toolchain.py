@@ -173,7 +173,7 @@ def record_sha256(wheel: Path, member: str) -> str:
 def toolkit(cpu_bundle) -> Path:
     """The pinned toolkit, assembled by the toolchain step into the test session's cache."""
     cache = cpu_bundle.layout.cache
-    root = host.wheel_root(NVCC, cache / "toolchains")
+    root = host.pinned_root(NVCC, cache / "toolchains")
     toolchain.fetch_and_assemble(NVCC.wheels, cache / "downloads", root)
     return root
 
@@ -297,7 +297,7 @@ def test_a_cuda_library_built_with_the_pinned_toolkit_resolves_inside_the_prefix
                            layout.work, "--out", layout.out, "build", "minicuda", "--offline"], capture_output=True,
                           text=True, env=env, timeout=1800)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    assert (host.wheel_root(NVCC, cache / "toolchains") / ".complete").is_file()
+    assert (host.pinned_root(NVCC, cache / "toolchains") / ".complete").is_file()
 
     # a host without a driver: a conda client detects no __cuda, and the solver says what is missing
     monkeypatch.delenv("CONDA_OVERRIDE_CUDA", raising=False)

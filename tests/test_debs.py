@@ -9,7 +9,7 @@ import time
 import pytest
 
 from builders import debs
-from builders.config import file_sha256
+from builders.config import DebInput, file_sha256
 from builders.errors import FetchError
 
 
@@ -92,7 +92,7 @@ def archive(tmp_path):
     deb = root / "pool/main/t/tool/tool_1.0-1_amd64.deb"
     deb.parent.mkdir(parents=True)
     make_deb(deb, GOOD)
-    return root, debs.Deb("pool/main/t/tool/tool_1.0-1_amd64.deb", file_sha256(deb))
+    return root, DebInput("pool/main/t/tool/tool_1.0-1_amd64.deb", file_sha256(deb))
 
 
 def test_fetch_verify_unpack_then_offline(tmp_path, archive):
@@ -110,14 +110,14 @@ def test_fetch_verify_unpack_then_offline(tmp_path, archive):
 
 def test_wrong_bytes_are_refused(tmp_path, archive):
     root, deb = archive
-    bad = debs.Deb(deb.path, "0" * 64)
+    bad = DebInput(deb.path, "0" * 64)
     with pytest.raises(FetchError, match="does not match the pinned"):
         debs.fetch(bad, tmp_path / "dl", archives=[f"file://{root}"])
     assert not (tmp_path / "dl" / ("0" * 64)).exists()
     with pytest.raises(FetchError, match="--offline forbids downloading"):
         debs.fetch(bad, tmp_path / "dl", offline=True)
     with pytest.raises(FetchError, match="could not be downloaded"):
-        debs.fetch(debs.Deb("pool/main/t/tool/gone_1_amd64.deb", "1" * 64), tmp_path / "dl", archives=[f"file://{root}"])
+        debs.fetch(DebInput("pool/main/t/tool/gone_1_amd64.deb", "1" * 64), tmp_path / "dl", archives=[f"file://{root}"])
     with pytest.raises(FetchError, match="no Debian archive"):
         debs.fetch(deb, tmp_path / "dl2", archives=[])
 

@@ -135,7 +135,7 @@ def test_the_cuda_jobs_build_from_the_pinned_wheels_on_a_runner_without_cuda(tmp
         assert [(w.package, w.version, w.sha256) for w in fetch.wheels] == [(w.package, w.version, w.sha256)
                                                                              for w in nvcc.wheels]
         root = Path(fetch.dest)
-        assert root == host.wheel_root(nvcc, toolchains)
+        assert root == host.pinned_root(nvcc, toolchains)
         [missing] = [m for m in plan.missing if m.startswith("nvcc ")]  # until release-part's toolchain step fetches it
         assert f"not at {root}/bin/nvcc" in missing and "downloads nvidia-cuda-nvcc==13.0.88" in missing
         configure = plan.step("build:cuda").commands[0].argv
