@@ -1,0 +1,127 @@
+"""sandbox: the one way to run a command isolated from the host (bubblewrap, Debian's `bubblewrap` package).
+
+Used for everything that evaluates or builds content we do not trust or do not want the host to leak into:
+the pin bot's `make -n` drift check on an upstream commit, and builds inside a pinned build root.
+
+A `Sandbox` says what the command may see; `argv()` (pure) turns it into a bwrap command line:
+- its own user, PID, IPC, UTS, cgroup, mount and (unless `network`) network namespaces; `--die-with-parent`;
+- a new /proc (only its own processes: no ancestor's environ, cwd or fds), a minimal /dev, a private tmpfs /tmp
+  and HOME; the environment is exactly `env` (nothing inherited);
+- the file system is a root: the host's (`root=None`: /usr and /etc read-only, the usr-merge links as the host
+  has them) or an assembled build root (`root=DIR`: DIR's usr/ and etc/ read-only); nothing else of the host,
+  except `ro` paths (read-only) and `rw` paths (read-write), each bound at its own path.
+
+`why_unavailable()` probes once whether this host can make such a sandbox; a caller that needs one refuses (one line
+naming what to install) instead of running unsandboxed.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BWRAP = "bwrap"
+INSIDE_UID = 65534  # nobody: the command runs as no user of the host, in its own user namespace
+HOME = "/home/sandbox"
+_USRMERGE = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    env: Mapping[str, str] = field(default_factory=dict)  # the whole environment inside
+    cwd: str | None = None
+    root: str | None = None  # an assembled build root; None: the host's /usr and /etc, read-only
+    ro: tuple[str, ...] = ()  # host paths bound read-only at the same path
+    rw: tuple[str, ...] = ()  # host paths bound read-write at the same path
+    network: bool = False
+    memory: int | None = None  # bytes of address space (RLIMIT_AS), None: unbounded
+    timeout: float | None = None  # seconds, enforced by run()
+
+
+def _top_level(root: Path, name: str) -> list[str]:
+    """bwrap arguments for /<name> as it is in `root` (a link kept as a link, a directory bound read-only)."""
+    p = root / name
+    if p.is_symlink():
+        return ["--symlink", os.readlink(p), f"/{name}"]
+    if p.is_dir():
+        return ["--ro-bind", str(p), f"/{name}"]
+    return []
+
+
+def argv(sb: Sandbox, command: Sequence[str], *, bwrap: str = BWRAP) -> list[str]:
+    """Pure apart from reading the root's top-level links: the bwrap command line running `command` in `sb`."""
+    base = Path(sb.root) if sb.root else Path("/")
+    out = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+           "--unshare-user", "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID)]
+    if sb.network:
+        out.append("--share-net")
+    out += ["--ro-bind", str(base / "usr"), "/usr"]
+    for name in _USRMERGE:
+        out += _top_level(base, name)
+    if (base / "etc").is_dir():
+        out += ["--ro-bind", str(base / "etc"), "/etc"]
+    out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME,
+            "--tmpfs", "/var", "--dir", "/var/tmp"]
+    for p in sb.ro:
+        out += ["--ro-bind", p, p]
+    for p in sb.rw:
+        out += ["--bind", p, p]
+    env = {"HOME": HOME, "TMPDIR": "/tmp", **sb.env}
+    for k, v in sorted(env.items()):
+        out += ["--setenv", k, v]
+    if sb.cwd:
+        out += ["--chdir", sb.cwd]
+    return out + ["--", *command]
+
+
+@functools.lru_cache(maxsize=None)
+def why_unavailable(bwrap: str = BWRAP) -> str | None:
+    """None when this host can make the sandbox; else one line saying why and what to install."""
+    exe = shutil.which(bwrap)
+    if exe is None:
+        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    try:
+        proc = subprocess.run(argv(Sandbox(), ["/bin/sh", "-c", "exit 0"], bwrap=exe), capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not run: {exc}"
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"this host refuses the namespaces bwrap needs ({why}); allow unprivileged user namespaces or run as root"
+    return None
+
+
+def _limits(memory: int | None):
+    def apply() -> None:
+        if memory:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    return apply
+
+
+def popen(sb: Sandbox, command: Sequence[str], **kwargs) -> subprocess.Popen:
+    """Start `command` in the sandbox (its own session: run() kills the whole group on timeout)."""
+    return subprocess.Popen(argv(sb, command), env={"PATH": os.defpath}, preexec_fn=_limits(sb.memory),
+                            start_new_session=True, **kwargs)
+
+
+def run(sb: Sandbox, command: Sequence[str], *, input: str | None = None) -> subprocess.CompletedProcess:
+    """Run `command` in the sandbox, capturing text output; on timeout the process group is killed and
+    subprocess.TimeoutExpired raised."""
+    proc = popen(sb, command, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        out, err = proc.communicate(input, timeout=sb.timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -1,0 +1,49 @@
+"""builders.sandbox: what a sandboxed command can and cannot see (real bwrap)."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from builders import sandbox
+
+pytestmark = pytest.mark.skipif(sandbox.why_unavailable() is not None and not os.environ.get("ONEBIT_REQUIRE_TOOLCHAINS"),
+                                reason=f"no sandbox here: {sandbox.why_unavailable()}")
+
+
+def test_argv_is_data():
+    a = sandbox.argv(sandbox.Sandbox(env={"A": "1"}, ro=("/x",), rw=("/y",), cwd="/y"), ["true"], bwrap="bwrap")
+    assert a[0] == "bwrap" and a[-2:] == ["--", "true"]
+    assert "--share-net" not in a and "--clearenv" in a and "--unshare-all" in a
+    assert a[a.index("--chdir") + 1] == "/y"
+    assert ["--ro-bind", "/x", "/x"] == a[a.index("/x") - 1:a.index("/x") + 2]
+    assert "--share-net" in sandbox.argv(sandbox.Sandbox(network=True), ["true"])
+
+
+def test_sees_only_what_it_is_given(tmp_path, monkeypatch):
+    ro, rw, secret = tmp_path / "ro", tmp_path / "rw", tmp_path / "secret"
+    for d in (ro, rw, secret):
+        d.mkdir()
+    (ro / "f").write_text("in\n")
+    (secret / "s").write_text("nope\n")
+    monkeypatch.setenv("ONEBIT_BOT_TOKEN", "tok-123")
+    script = (f"cat {ro}/f; echo x > {rw}/out; touch {ro}/g 2>/dev/null || echo ro-refused; "
+              f"cat {secret}/s 2>/dev/null || echo secret-hidden; id -u; "
+              "for p in /proc/[0-9]*; do cat $p/environ 2>/dev/null; done | tr '\\0' '\\n' | grep -c TOKEN || true; "
+              "env | grep -c TOKEN || true")
+    r = sandbox.run(sandbox.Sandbox(env={"PATH": "/usr/bin:/bin"}, ro=(str(ro),), rw=(str(rw),), timeout=30),
+                    ["/bin/sh", "-c", script])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split()
+    assert lines[:4] == ["in", "ro-refused", "secret-hidden", str(sandbox.INSIDE_UID)]
+    assert lines[4:] == ["0", "0"]
+    assert (rw / "out").read_text() == "x\n" and not (ro / "g").exists()
+
+
+def test_no_network_and_timeout_kills_the_group(tmp_path):
+    # /proc/net/dev lists the interfaces of the command's own network namespace: only loopback
+    r = sandbox.run(sandbox.Sandbox(env={"PATH": "/usr/bin:/bin"}, timeout=30), ["/bin/sh", "-c", "tail -n +3 /proc/net/dev"])
+    assert [line.split(":")[0].strip() for line in r.stdout.splitlines()] == ["lo"]
+    with pytest.raises(subprocess.TimeoutExpired):
+        sandbox.run(sandbox.Sandbox(env={"PATH": "/usr/bin:/bin"}, timeout=1), ["/bin/sh", "-c", "sleep 60 & sleep 60"])
