@@ -23,7 +23,7 @@ from pathlib import Path
 
 import git
 
-from . import http
+from . import gitcmd, http
 from .config import file_sha256, tree_digest
 from .errors import FetchError
 from .fetch import _fetch_into_new_repo, cached, is_local
@@ -40,7 +40,7 @@ def _noop(_: str) -> None:
 
 
 def _git(git_dir: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True, check=False)
+    proc = gitcmd.run(["--git-dir", str(git_dir), *args])
     if proc.returncode != 0:
         raise FetchError(f"git {' '.join(args)} in {git_dir} failed: {proc.stderr.strip()}")
     return proc.stdout
@@ -73,8 +73,8 @@ def gitlinks(git_dir: Path, commit: str) -> dict[str, str]:
 
 def gitmodules(git_dir: Path, commit: str) -> dict[str, str]:
     """submodule path -> url, from the commit's .gitmodules ({} when it has none)."""
-    proc = subprocess.run(["git", "--git-dir", str(git_dir), "config", "--blob", f"{commit}:.gitmodules", "-z",
-                           "--get-regexp", r"^submodule\..*\.(path|url)$"], capture_output=True, text=True, check=False)
+    proc = gitcmd.run(["--git-dir", str(git_dir), "config", "--blob", f"{commit}:.gitmodules", "-z",
+                       "--get-regexp", r"^submodule\..*\.(path|url)$"])
     if proc.returncode != 0:
         return {}
     by_name: dict[str, dict[str, str]] = {}
@@ -157,7 +157,7 @@ def checkout_submodules(src: Path, lock: Path, git_cache: Callable[[str], Path])
         if target.exists() and not any(target.iterdir()):
             target.rmdir()  # git leaves an empty directory for an uninitialised submodule
         gdir = git_cache(sub.commit)
-        subprocess.run(["git", "--git-dir", str(gdir), "worktree", "prune"], capture_output=True, check=False)
+        gitcmd.run(["--git-dir", str(gdir), "worktree", "prune"])
         _git(gdir, "worktree", "add", "--quiet", "--force", "--detach", str(target), sub.commit)
     return subs
 

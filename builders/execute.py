@@ -14,7 +14,7 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import bundle, companions, elf, fetch, manifest, package, patch, stage, swap, toolchain, toolchain_record
+from . import bundle, companions, elf, fetch, gitcmd, manifest, package, patch, stage, swap, toolchain, toolchain_record
 from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
@@ -148,10 +148,13 @@ class Executor:
 
     def _run_one(self, cmd: Command, log, progress: Progress, task, label: str = "") -> str:
         env = cmd.environ(os.environ)
+        argv = list(cmd.argv)
+        if argv[:1] == ["git"]:  # every git call hardened the one way (builders/gitcmd.py)
+            argv, env = gitcmd.argv(argv[1:]), gitcmd.env(base=env)
         log.write(f"$ {cmd.shell()}\n")
         log.flush()
         try:
-            proc = subprocess.Popen(cmd.argv, cwd=cmd.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, cwd=cmd.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, errors="replace")
         except FileNotFoundError:
             raise BuildError(f"command not found: {cmd.argv[0]}", hint="install it, or check the recipe's toolchain") from None
@@ -226,7 +229,7 @@ class Executor:
         else:
             shutil.rmtree(src, ignore_errors=True)
             for cache_dir in {c.argv[2] for c in step.commands if c.argv[1:2] == ("--git-dir",)}:
-                subprocess.run(["git", "--git-dir", cache_dir, "worktree", "prune"], capture_output=True)
+                gitcmd.run(["--git-dir", cache_dir, "worktree", "prune"])
             self._run_commands(step, [c for c in step.commands if "apply" not in c.argv], progress, task)
         if d.submodules_lock:
             companions.checkout_submodules(src, Path(d.submodules_lock), self.layout.git_cache)

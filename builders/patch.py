@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from . import gitcmd
 from .errors import PatchError
 
 _FAILED = re.compile(r"^error: patch failed: (?P<file>.+):(?P<line>\d+)$", re.M)
@@ -30,12 +31,7 @@ class PatchResult:
 
 
 def _git_apply(worktree: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["git", "apply", "--verbose", *extra, str(patch)],
-        cwd=worktree,
-        capture_output=True,
-        text=True,
-    )
+    return gitcmd.run(["apply", "--verbose", *extra, str(patch)], cwd=worktree)
 
 
 def failing_hunk(patch_text: str, file: str, line: int) -> str | None:
@@ -116,7 +112,7 @@ def drift_report(repo: Path, commit: str, patches: Sequence[Path]) -> list[Patch
     results = []
     with tempfile.TemporaryDirectory(prefix="onebit-drift-") as tmp:
         wt = Path(tmp) / "wt"
-        subprocess.run(["git", "worktree", "add", "--detach", str(wt), commit], cwd=repo, check=True, capture_output=True)
+        gitcmd.run(["worktree", "add", "--detach", str(wt), commit], cwd=repo, check=True)
         try:
             for patch in patches:
                 result = check_one(wt, patch)
@@ -124,7 +120,7 @@ def drift_report(repo: Path, commit: str, patches: Sequence[Path]) -> list[Patch
                     _git_apply(wt, patch)
                 results.append(result)
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=repo, capture_output=True)
+            gitcmd.run(["worktree", "remove", "--force", str(wt)], cwd=repo)
     return results
 
 
@@ -144,12 +140,12 @@ def reset_checkout(src: Path, commit: str, extras: Sequence[tuple[str, str]] = (
     incremental. False when src is not such a checkout (the caller then makes a fresh one)."""
     trees = [(src, commit)] + [(src / into, c) for into, c in extras]
     for tree, want in trees:
-        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True)
+        head = gitcmd.run(["-C", str(tree), "rev-parse", "HEAD"])
         if head.returncode != 0 or head.stdout.strip() != want or not (tree / ".git").exists():
             return False
     for tree, want in trees:
-        for argv in (["git", "-C", str(tree), "reset", "--quiet", "--hard", want], ["git", "-C", str(tree), "clean", "-fdxq"]):
-            proc = subprocess.run(argv, capture_output=True, text=True)
+        for argv in (["-C", str(tree), "reset", "--quiet", "--hard", want], ["-C", str(tree), "clean", "-fdxq"]):
+            proc = gitcmd.run(argv)
             if proc.returncode != 0:
                 return False
     return True

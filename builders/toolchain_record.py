@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from . import gitcmd
 from .config import Project, Tool
 from .host import ToolFact, detect_tool
 from .plan_types import Plan
@@ -59,7 +60,7 @@ def checkout(root: Path) -> dict | None:
     """The project commit a checkout is at: {"commit": HEAD, "modified": the tracked files that differ from it}, or
     None where `root` is not in a git checkout with a commit."""
     def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+        return gitcmd.run(["-C", str(root), *args])
 
     head = git("rev-parse", "--verify", "--quiet", "HEAD^{commit}")
     if head.returncode != 0 or not head.stdout.strip():

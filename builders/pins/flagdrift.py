@@ -19,6 +19,7 @@ from ..errors import OnebitError
 from ..host import HostFacts, gather
 from ..plan import make_plan
 from ..plan_types import Layout, Step
+from .. import gitcmd
 from . import flags, gitops
 from .flags import MakeRun, MakeSide, Row, VariantReport
 
@@ -85,7 +86,8 @@ class Source:
         self.scratch.close()
 
     def _git(self, args: Sequence[str], what: str, input: str | None = None, env: dict | None = None):
-        return gitops.git(["-c", "protocol.version=2", *args], cwd=self.scratch.dir, what=what, where=self.where, input=input, env=env)
+        return gitops.git(["-c", "protocol.version=2", *args], cwd=self.scratch.dir, what=what, where=self.where, input=input, env=env,
+                          allow_file=gitcmd.is_local_url(self.url))
 
     def checkout(self, commit: str, dest: Path, pick: Callable[[str], bool] | None) -> Tree:
         """`commit` checked out into `dest`: every file, or those `pick` chooses."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .. import gitcmd
 from ..errors import OnebitError
 from . import secrets
 
@@ -24,17 +25,12 @@ BOT_EMAIL = "pins-bot@1bit.invalid"
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("GIT_TERMINAL_PROMPT", "0")
-    env.setdefault("GIT_AUTHOR_NAME", BOT_NAME)
-    env.setdefault("GIT_AUTHOR_EMAIL", BOT_EMAIL)
-    env.setdefault("GIT_COMMITTER_NAME", env["GIT_AUTHOR_NAME"])
-    env.setdefault("GIT_COMMITTER_EMAIL", env["GIT_AUTHOR_EMAIL"])
-    env["GIT_CONFIG_NOSYSTEM"] = "1"
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_INDEX_FILE", None)
-    env.update(extra or {})
-    return env
+    """The hardened git environment (builders/gitcmd.py) with the bot's identity unless the caller set one."""
+    ident = {"GIT_AUTHOR_NAME": os.environ.get("GIT_AUTHOR_NAME", BOT_NAME),
+             "GIT_AUTHOR_EMAIL": os.environ.get("GIT_AUTHOR_EMAIL", BOT_EMAIL)}
+    ident["GIT_COMMITTER_NAME"] = os.environ.get("GIT_COMMITTER_NAME", ident["GIT_AUTHOR_NAME"])
+    ident["GIT_COMMITTER_EMAIL"] = os.environ.get("GIT_COMMITTER_EMAIL", ident["GIT_AUTHOR_EMAIL"])
+    return gitcmd.env({**ident, **(extra or {})})
 
 
 LOOPBACK_HTTP = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?/")
@@ -54,20 +50,19 @@ def auth_env(url: str, token: str | None) -> dict[str, str]:
         return {}
     secrets.register(token)
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-    try:
-        n = int(os.environ.get("GIT_CONFIG_COUNT", "0"))
-    except ValueError:
-        n = 0
+    n = 0  # gitcmd.env drops the caller's GIT_CONFIG_* variables: this is the only one
     return {"GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": f"http.{url}.extraheader",
             f"GIT_CONFIG_VALUE_{n}": f"AUTHORIZATION: basic {basic}"}
 
 
 def git(args: Sequence[str], *, cwd: Path | str | None = None, check: bool = True, input: str | None = None,
         what: str = "", where: str | None = None, hint: str | None = None, timeout: float = 600,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run git; on failure raise an OnebitError that names the command's purpose and git's own message."""
+        env: dict[str, str] | None = None, allow_file: bool | None = None) -> subprocess.CompletedProcess:
+    """Run git (hardened: builders/gitcmd.py); on failure raise an OnebitError that names the command's purpose and
+    git's own message."""
     try:
-        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=_env(env), input=input, timeout=timeout)
+        proc = subprocess.run(gitcmd.argv(args, allow_file=allow_file), cwd=cwd, capture_output=True, text=True,
+                              env=_env(env), input=input, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise OnebitError(f"{what or 'git ' + args[0]}: timed out after {timeout:.0f} s", where=where, hint=hint) from None
     if check and proc.returncode != 0:
@@ -211,8 +206,8 @@ class ForkResult:
     kept_tag: str | None = None  # the tag that keeps old_tip (pushed only when the tip was rewritten or moved)
 
 
-def _conflicts(clone: Path) -> list[str]:
-    proc = git(["diff", "--name-only", "--diff-filter=U"], cwd=clone, check=False)
+def _conflicts(clone: Path, g=None) -> list[str]:
+    proc = (g or git)(["diff", "--name-only", "--diff-filter=U"], cwd=clone, check=False)
     return sorted(set(proc.stdout.split()))
 
 
@@ -224,25 +219,30 @@ def update_fork(*, pin: str, mode: str, fork_url: str, branch: str, pinned: str,
     `check_tip(tip_forward, head)` / `check_upstream(ancestry)` are called before anything is changed and may raise to
     stop (the guard rails). With `push`, the old tip is tagged <pin>-<sha12> and the branch is pushed (a rebase with
     --force-with-lease on the old tip), atomically."""
+    local = gitcmd.is_local_url(fork_url) or gitcmd.is_local_url(upstream_url)  # the clone's promisor may be a mirror
+
+    def g(args, **kw):
+        return git(args, allow_file=local, **kw)
+
     work = Path(tempfile.mkdtemp(prefix="onebit-fork-"))
     clone = work / "fork"
     try:
-        git(["clone", "--quiet", "--filter=blob:none", "--single-branch", "--branch", branch, fork_url, str(clone)],
+        g(["clone", "--quiet", "--filter=blob:none", "--single-branch", "--branch", branch, fork_url, str(clone)],
             what=f"cannot clone fork {fork_url} ({branch})", where=where)
-        git(["-c", "protocol.version=2", "fetch", "--quiet", "--no-tags", upstream_url,
+        g(["-c", "protocol.version=2", "fetch", "--quiet", "--no-tags", upstream_url,
              f"+refs/heads/{upstream_branch}:refs/remotes/upstream/{upstream_branch}"], cwd=clone,
             what=f"cannot fetch {upstream_url} ({upstream_branch})", where=where)
         for sha in (new_up, old_up, pinned):
-            if sha and git(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=clone, check=False).returncode != 0:
+            if sha and g(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=clone, check=False).returncode != 0:
                 src = fork_url if sha == pinned else upstream_url
-                git(["fetch", "--quiet", "--no-tags", src, sha], cwd=clone, check=False)
-        head = git(["rev-parse", "HEAD"], cwd=clone).stdout.strip()
+                g(["fetch", "--quiet", "--no-tags", src, sha], cwd=clone, check=False)
+        head = g(["rev-parse", "HEAD"], cwd=clone).stdout.strip()
 
         def anc(a: str, b: str) -> bool:
-            return git(["merge-base", "--is-ancestor", a, b], cwd=clone, check=False).returncode == 0
+            return g(["merge-base", "--is-ancestor", a, b], cwd=clone, check=False).returncode == 0
 
         def has(sha: str) -> bool:
-            return git(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=clone, check=False).returncode == 0
+            return g(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=clone, check=False).returncode == 0
 
         if not has(new_up):
             raise OnebitError(f"upstream commit {new_up[:12]} is not available from {upstream_url}", where=where)
@@ -250,7 +250,7 @@ def update_fork(*, pin: str, mode: str, fork_url: str, branch: str, pinned: str,
         count = None
         if old_up and has(old_up):
             up_anc = Ancestry(anc(old_up, new_up), anc(new_up, old_up), None)
-            proc = git(["rev-list", "--count", f"{old_up}..{new_up}"], cwd=clone, check=False)
+            proc = g(["rev-list", "--count", f"{old_up}..{new_up}"], cwd=clone, check=False)
             count = int(proc.stdout.strip()) if proc.returncode == 0 else None
             up_anc = Ancestry(up_anc.old_in_new, up_anc.new_in_old, count)
         elif old_up:
@@ -262,35 +262,35 @@ def update_fork(*, pin: str, mode: str, fork_url: str, branch: str, pinned: str,
             check_tip(tip_forward, head)
         if anc(new_up, head):
             return ForkResult(head, head, False, count, up_anc, tip_forward)
-        git(["checkout", "--quiet", "-B", branch, head], cwd=clone)
+        g(["checkout", "--quiet", "-B", branch, head], cwd=clone)
         if mode == "rebase":
             base = ["rebase", "--onto", new_up, old_up] if old_up and has(old_up) and anc(old_up, head) else ["rebase", new_up]
-            proc = git(base, cwd=clone, check=False)
+            proc = g(base, cwd=clone, check=False)
             if proc.returncode != 0:
-                files = _conflicts(clone)
-                stopped = git(["rev-parse", "--verify", "--quiet", "REBASE_HEAD"], cwd=clone, check=False).stdout.strip()
+                files = _conflicts(clone, g)
+                stopped = g(["rev-parse", "--verify", "--quiet", "REBASE_HEAD"], cwd=clone, check=False).stdout.strip()
                 subject = None
                 if stopped:
-                    subject = git(["log", "-1", "--format=%h %s", stopped], cwd=clone, check=False).stdout.strip()
-                git(["rebase", "--abort"], cwd=clone, check=False)
+                    subject = g(["log", "-1", "--format=%h %s", stopped], cwd=clone, check=False).stdout.strip()
+                g(["rebase", "--abort"], cwd=clone, check=False)
                 if not files and not stopped:
                     raise OnebitError(f"rebase of {pin} failed: {proc.stderr.strip()[-400:]}", where=where)
                 raise ForkConflict(pin, "rebase", files, subject, where=where)
         else:
-            proc = git(["merge", "--no-ff", "--no-edit", "-m", f"Merge upstream {upstream_branch} {new_up[:12]} into {branch}", new_up],
+            proc = g(["merge", "--no-ff", "--no-edit", "-m", f"Merge upstream {upstream_branch} {new_up[:12]} into {branch}", new_up],
                        cwd=clone, check=False)
             if proc.returncode != 0:
-                files = _conflicts(clone)
-                git(["merge", "--abort"], cwd=clone, check=False)
+                files = _conflicts(clone, g)
+                g(["merge", "--abort"], cwd=clone, check=False)
                 if not files:
                     raise OnebitError(f"merge of {pin} failed: {proc.stderr.strip()[-400:]}", where=where)
                 raise ForkConflict(pin, "merge", files, None, where=where)
-        new_tip = git(["rev-parse", "HEAD"], cwd=clone).stdout.strip()
+        new_tip = g(["rev-parse", "HEAD"], cwd=clone).stdout.strip()
         tag = f"{pin}-{head[:12]}"
         if push:
-            git(["tag", "-f", tag, head], cwd=clone)
+            g(["tag", "-f", tag, head], cwd=clone)
             lease = [f"--force-with-lease=refs/heads/{branch}:{head}"] if mode == "rebase" else []
-            git(["push", "--quiet", "--atomic", *lease, fork_url,
+            g(["push", "--quiet", "--atomic", *lease, fork_url,
                  f"refs/tags/{tag}:refs/tags/{tag}", f"{'+' if mode == 'rebase' else ''}HEAD:refs/heads/{branch}"],
                 cwd=clone, env=auth_env(fork_url, token), what=f"cannot push {branch} and tag {tag} to {fork_url}", where=where,
                 hint="the bot token needs write access to the fork; nothing else was changed")

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,14 +10,15 @@ from pathlib import Path
 import yaml
 
 from ..config import file_sha256
+from .. import gitcmd
 from ..errors import OnebitError
 
 LOG_TAIL = 20
 
 
 def git(cwd_or_gitdir: Path, *args: str, bare: bool = False) -> str:
-    base = ["git", "--git-dir", str(cwd_or_gitdir)] if bare else ["git", "-C", str(cwd_or_gitdir)]
-    proc = subprocess.run([*base, *args], capture_output=True, text=True, check=False)
+    base = ["--git-dir", str(cwd_or_gitdir)] if bare else ["-C", str(cwd_or_gitdir)]
+    proc = gitcmd.run([*base, *args])
     if proc.returncode != 0:
         raise OnebitError(f"git {' '.join(args)} in {cwd_or_gitdir} failed: {proc.stderr.strip()}")
     return proc.stdout
@@ -29,8 +29,7 @@ def pins_at(repo: Path, rev: str | None) -> dict[str, dict]:
     if rev is None:
         text = (repo / "pins.yaml").read_text()
     else:
-        proc = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:pins.yaml"], capture_output=True, text=True,
-                              check=False)
+        proc = gitcmd.run(["-C", str(repo), "show", f"{rev}:pins.yaml"])
         if proc.returncode != 0:
             return {}
         text = proc.stdout

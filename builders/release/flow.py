@@ -15,7 +15,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import gitcmd
 from ..errors import OnebitError
 from . import changes, lemonade, notes, sbom
 from . import tag as tags
@@ -81,8 +81,7 @@ def tarball_name(tag: str, bundle: str, several: bool) -> str:
 def upstream_license(git_dir: Path, commit: str) -> bytes | None:
     """The upstream's license file at the pinned commit, from the git cache (offline)."""
     for name in LICENSE_NAMES:
-        proc = subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{commit}:{name}"], capture_output=True,
-                              check=False)
+        proc = gitcmd.run(["--git-dir", str(git_dir), "show", f"{commit}:{name}"], text=False)
         if proc.returncode == 0:
             return proc.stdout
     return None
@@ -217,12 +216,11 @@ def manifest_pins(prefix: Path) -> set[str]:
 
 
 def _has_rev(root: Path, rev: str) -> bool:
-    return subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                          capture_output=True, check=False).returncode == 0
+    return gitcmd.run(["-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"]).returncode == 0
 
 
 def local_tags(root: Path) -> list[str]:
-    proc = subprocess.run(["git", "-C", str(root), "tag", "-l", "v*"], capture_output=True, text=True, check=False)
+    proc = gitcmd.run(["-C", str(root), "tag", "-l", "v*"])
     return proc.stdout.split() if proc.returncode == 0 else []
 
 

@@ -12,11 +12,11 @@ A run that neither publishes nor names a target points at nothing, and nothing i
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import gitcmd
 from ..errors import OnebitError
 from ..toolchain_record import FILE as RECORD, checkout
 
@@ -88,8 +88,7 @@ def decide(*, given: str | None, head: str | None, modified: Sequence[str] = (),
 
 def resolve(root: Path, rev: str) -> str:
     """--target as the checkout knows it: a full commit id. A full id the checkout lacks is taken as written."""
-    proc = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                          capture_output=True, text=True, check=False)
+    proc = gitcmd.run(["-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"])
     if proc.returncode == 0 and proc.stdout.strip():
         return proc.stdout.strip()
     if SHA.fullmatch(rev):
