@@ -9,7 +9,8 @@ A `Sandbox` says what the command may see; `argv()` (pure) turns it into a bwrap
   and HOME; the environment is exactly `env` (nothing inherited);
 - the file system is a root: the host's (`root=None`: /usr and /etc read-only, the usr-merge links as the host
   has them) or an assembled build root (`root=DIR`: DIR's usr/ and etc/ read-only); nothing else of the host,
-  except `ro` paths (read-only) and `rw` paths (read-write), each bound at its own path.
+  except `ro` paths (read-only) and `rw` paths (read-write), each bound at its own path, and `hide` directories
+  inside them covered by an empty tmpfs.
 
 `why_unavailable()` probes once whether this host can make such a sandbox; a caller that needs one refuses (one line
 naming what to install) instead of running unsandboxed.
@@ -39,6 +40,7 @@ class Sandbox:
     root: str | None = None  # an assembled build root; None: the host's /usr and /etc, read-only
     ro: tuple[str, ...] = ()  # host paths bound read-only at the same path
     rw: tuple[str, ...] = ()  # host paths bound read-write at the same path
+    hide: tuple[str, ...] = ()  # directories inside ro/rw paths covered by an empty tmpfs (e.g. a checkout's .git)
     network: bool = False
     memory: int | None = None  # bytes of address space (RLIMIT_AS), None: unbounded
     timeout: float | None = None  # seconds, enforced by run()
@@ -72,6 +74,8 @@ def argv(sb: Sandbox, command: Sequence[str], *, bwrap: str = BWRAP) -> list[str
         out += ["--ro-bind", p, p]
     for p in sb.rw:
         out += ["--bind", p, p]
+    for p in sb.hide:
+        out += ["--tmpfs", p]
     env = {"HOME": HOME, "TMPDIR": "/tmp", **sb.env}
     for k, v in sorted(env.items()):
         out += ["--setenv", k, v]

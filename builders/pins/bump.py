@@ -1,6 +1,7 @@
 """`pins status` and `pins bump`: resolve each pin, apply the guard rails, and propose the move (a PR or a local edit)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from typing import Callable, Sequence
 from .. import yamlio
 from ..config import Pin, Recipe, load_pins
 from ..errors import OnebitError, ValidationError
-from . import decide, flagdrift, flags, gitops
+from . import decide, flags, gitops, isolate, report
 from .decide import Edit, Move, Proposal, Verdict
 from .edit import edit_pins, write_atomic
 from .http import GitHub, HuggingFace
@@ -39,6 +40,8 @@ class Outcome:
     detail: str = ""
     proposal: Proposal | None = None
     url: str | None = None
+    fork: dict | None = None  # a fork update to push: {bundle, old_tip, new_tip, mode} (builders/pins/report.py)
+    drift: list[int] = field(default_factory=list)  # the build-flag check requests of this outcome
 
     @property
     def failed(self) -> bool:
@@ -212,20 +215,21 @@ def _patch_reports(ctx: Context, name: str, pin: Pin, url: str, commit: str) -> 
     return tuple(reports), tuple(checklist)
 
 
-def _flag_reports(ctx: Context, name: str, pin: Pin, url: str, old: str | None, new: str) -> list[flags.VariantReport]:
-    """Each recipe variant that builds from `name` (its main source) against upstream's build at `new` (builders/pins/flags.py)."""
+def _drift(ctx: Context, name: str, pin: Pin, url: str, old: str | None, new: str, work: Path, requests: list) -> list[int]:
+    """Check out what the build-flag check of each recipe that builds from `name` (its main source) needs; the
+    indices of its requests (builders/pins/isolate.py runs the check itself, sandboxed)."""
     recipes = [r.name for r, main in recipes_for(ctx.root, name) if main]
     if not recipes:
         return []
-    ctx.log(f"{name}: comparing the build flags of {', '.join(recipes)} with upstream's at {new[:12]}")
-    try:
-        return flagdrift.flag_reports(ctx.root, name, url, old, new, recipes, where=pin.where)
-    except OnebitError as exc:  # the project itself cannot be read: say so in the PR, the bump is not held for it
-        return [flags.VariantReport(r, f"**{r}**", (flags.Row("not compared", r, "", exc.what),)) for r in recipes]
+    ctx.log(f"{name}: checking out upstream's build at {new[:12]} for {', '.join(recipes)}")
+    requests.append(isolate.drift_request(ctx.root, name, url, old, new, recipes, work, f"trees/{len(requests)}",
+                                          where=pin.where))
+    return [len(requests) - 1]
 
 
-def plan_pin(ctx: Context, name: str, opts: Options, *, push_forks: bool, proposed: Callable[[str], str | None]) -> Outcome:
-    """Resolve, guard and describe the move of one pin (with its tested-pair partner). Effects: fork push only."""
+def plan_pin(ctx: Context, name: str, opts: Options, *, work: Path, requests: list) -> Outcome:
+    """(The evaluating part, no token) Resolve, guard and describe the move of one pin (with its tested-pair partner).
+    Effects: only in `work` (a fork update as a git bundle, the trees for the build-flag check)."""
     pins = ctx.pins
     pin = pins[name]
     t = resolve(pins, name, ctx.github)
@@ -234,6 +238,7 @@ def plan_pin(ctx: Context, name: str, opts: Options, *, push_forks: bool, propos
     moves: list[Move] = []
     edits: list[Edit] = []
     kept_tag = None
+    fork = None
     worst = Verdict.IDENTICAL
 
     if pin.policy in FORK:
@@ -262,11 +267,12 @@ def plan_pin(ctx: Context, name: str, opts: Options, *, push_forks: bool, propos
         mode = "rebase" if pin.policy == "fork-rebase" else "merge"
         res = gitops.update_fork(pin=name, mode=mode, fork_url=pin.url, branch=pin.branch, pinned=pin.commit or t.fork_head,
                                  upstream_url=up["url"], upstream_branch=up["branch"], old_up=old_up, new_up=t.commit,
-                                 push=push_forks, token=ctx.token, where=pin.where, check_tip=check_tip,
-                                 check_upstream=check_upstream)
+                                 push=False, where=pin.where, check_tip=check_tip, check_upstream=check_upstream,
+                                 bundle=work / f"fork-{name}.bundle")
         worst = next((v for v in verdicts if not v.forward and v is not Verdict.IDENTICAL), Verdict.AHEAD)
         if res.operated:
             kept_tag = res.kept_tag
+            fork = {"bundle": res.bundle.name, "old_tip": res.old_tip, "new_tip": res.new_tip, "mode": mode}
         moves.append(Move(f"{name} ({pin.branch})", pin.commit, res.new_tip, compare=decide.compare_url(pin.url, pin.commit, res.new_tip)))
         moves.append(Move(f"upstream {up['branch']}", old_up, t.commit, compare=decide.compare_url(up["url"], old_up, t.commit),
                           count=res.count))
@@ -312,26 +318,22 @@ def plan_pin(ctx: Context, name: str, opts: Options, *, push_forks: bool, propos
         return Outcome(name, "current", _label(pin.commit, pin.tag))
     lead = next(m for m in moves if m.old != m.new) if moves[0].old == moves[0].new else moves[0]
     branch = decide.branch_name(name, lead.new)
-    seen = proposed(branch)
-    if seen:
-        return Outcome(name, "already-proposed", f"{branch} was already proposed ({seen}); nothing to do")
 
     comp_edits, comp_shown = ([], []) if new == pin.commit else _companions(ctx, name, pin)
     edits += comp_edits
     reports, checklist = _patch_reports(ctx, name, pin, source_url, new) if new != pin.commit else ((), ())
-    drift = _flag_reports(ctx, name, pin, source_url, pin.commit, new) if new != pin.commit else []
+    drift = _drift(ctx, name, pin, source_url, pin.commit, new, work, requests) if new != pin.commit else []
     if partner and partner_new != pins[partner].commit:
         p_reports, p_check = _patch_reports(ctx, partner, pins[partner], pins[partner].url, partner_new)
         reports, checklist = reports + p_reports, checklist + p_check
-        drift += _flag_reports(ctx, partner, pins[partner], pins[partner].url, pins[partner].commit, partner_new)
+        drift += _drift(ctx, partner, pins[partner], pins[partner].url, pins[partner].commit, partner_new, work, requests)
     proposal = Proposal(
         pin=name, policy=pin.policy, moves=tuple(moves), branch=branch, release_notes=notes,
         release_url=t.notes_url, patch_reports=reports, checklist=checklist, companions=tuple(comp_shown),
         kept_tag=kept_tag, rollback_reason=opts.reason if not worst.forward and worst is not Verdict.IDENTICAL else None,
-        verdict=worst, edits=tuple(edits), flag_reports=tuple(flags.render_markdown(r) for r in drift),
-        held=tuple(flags.hold_reasons(drift)),
+        verdict=worst, edits=tuple(edits),
     )
-    return Outcome(name, "planned", proposal=proposal)
+    return Outcome(name, "planned", proposal=proposal, fork=fork, drift=drift)
 
 
 # ------------------------------------------------------------------------------------------------------- the PR side
@@ -388,7 +390,7 @@ def _commit_message(p: Proposal) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bump(ctx: Context, opts: Options) -> list[Outcome]:
+def _check_options(ctx: Context, opts: Options) -> list[str]:
     order = list(ctx.pins)
     bad = decide.unknown_pins(order, opts.names)
     if bad:
@@ -397,8 +399,72 @@ def bump(ctx: Context, opts: Options) -> list[Outcome]:
         raise OnebitError("--allow-rollback needs --reason TEXT", hint="say why the pin must move backwards or sideways")
     if opts.reason and not opts.allow_rollback:
         raise OnebitError("--reason is only used with --allow-rollback")
-    selected = decide.select_pins(order, opts.names, {n: p.cadence for n, p in ctx.pins.items()}, opts.cadence)
+    return decide.select_pins(order, opts.names, {n: p.cadence for n, p in ctx.pins.items()}, opts.cadence)
 
+
+def evaluate(ctx: Context, opts: Options, names: Sequence[str], work: Path) -> dict:
+    """(The evaluating part: `python -m builders.pins evaluate`, sandboxed, no token) every pin of `names` planned;
+    the report the token holder reads (builders/pins/report.py)."""
+    requests: list[dict] = []
+    outcomes: list[dict] = []
+    done: set[str] = set()
+    for name in names:
+        if name in done:
+            continue
+        try:
+            partner = partner_of(ctx.pins, name)
+            done.update({name, partner} - {None})
+            ctx.log(f"{name}: resolving ({ctx.pins[name].policy})")
+            out = plan_pin(ctx, name, opts, work=work, requests=requests)
+        except Stop as stop:
+            out = stop.outcome
+        except gitops.ForkConflict as exc:
+            out = Outcome(name, "conflict", str(exc))
+        except OnebitError as exc:
+            out = Outcome(name, "error", str(exc))
+        outcomes.append({"pin": out.pin, "state": out.state, "detail": out.detail, "fork": out.fork, "drift": out.drift,
+                         "proposal": report.dump_proposal(out.proposal) if out.proposal else None})
+    return {"version": report.VERSION, "outcomes": outcomes, "requests": requests}
+
+
+STATES = ("current", "planned", "refused", "conflict", "error")
+
+
+def _outcomes(ctx: Context, data, work: Path, drift: list[list[flags.VariantReport]]) -> list[Outcome]:
+    """The evaluation report read back strictly, the build-flag reports joined to their proposals."""
+    top = report._obj(data, "report", {"version", "outcomes", "requests"}, {"version", "outcomes", "requests"})
+    if top["version"] != report.VERSION:
+        raise report.ReportError(f"the evaluation report has version {top['version']!r}, not {report.VERSION}")
+    out = []
+    for i, o in enumerate(report._list(top["outcomes"], "outcomes")):
+        w = f"outcomes[{i}]"
+        o = report._obj(o, w, {"pin", "state", "detail", "fork", "drift", "proposal"}, {"pin", "state", "detail"})
+        pin = report._str(o["pin"], w, limit=100)
+        if pin not in ctx.pins or o["state"] not in STATES:
+            raise report.ReportError(f"the evaluation report names an unknown pin or state at {w}")
+        pins = {pin} | ({partner_of(ctx.pins, pin)} - {None})
+        prop = report.load_proposal(o["proposal"], f"{w}.proposal", pins) if o.get("proposal") is not None else None
+        if (prop is None) != (o["state"] != "planned") or (prop and prop.pin != pin):
+            raise report.ReportError(f"the evaluation report's {w} has a proposal that does not match its state")
+        fork = report.load_fork(o.get("fork"), f"{w}.fork")
+        if fork and (ctx.pins[pin].policy not in FORK or fork["bundle"] != f"fork-{pin}.bundle"):
+            raise report.ReportError(f"the evaluation report's {w} updates a fork that is not this pin's")
+        reps = []
+        for k in report._list(o.get("drift", []), f"{w}.drift"):
+            if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < len(drift):
+                raise report.ReportError(f"the evaluation report's {w}.drift names no request")
+            reps += drift[k]
+        if prop is not None and reps:
+            prop = dataclasses.replace(prop, flag_reports=tuple(flags.render_markdown(r) for r in reps),
+                                       held=tuple(flags.hold_reasons(reps)))
+        out.append(Outcome(pin, o["state"], report._str(o["detail"], w) or "", prop, fork=fork))
+    return out
+
+
+def bump(ctx: Context, opts: Options) -> list[Outcome]:
+    """(The token holder) evaluate every selected pin in isolation (builders/pins/isolate.py), then push and open PRs
+    from the report alone: nothing of upstream's is checked out or run in this process."""
+    selected = _check_options(ctx, opts)
     repo = slug = base = None
     head_text = ctx.text
     if opts.open_pr and not opts.dry_run:
@@ -424,25 +490,30 @@ def bump(ctx: Context, opts: Options) -> list[Outcome]:
             return f"PR #{prs[0]['number']} ({prs[0].get('state')})"
         return None
 
-    outcomes: list[Outcome] = []
-    done: set[str] = set()
-    for name in selected:
-        if name in done:
-            continue
-        try:
-            partner = partner_of(ctx.pins, name)
-            done.update({name, partner} - {None})
-            ctx.log(f"{name}: resolving ({ctx.pins[name].policy})")
-            out = plan_pin(ctx, name, opts, push_forks=not opts.dry_run, proposed=proposed)
-        except Stop as stop:
-            out = stop.outcome
-        except gitops.ForkConflict as exc:
-            out = Outcome(name, "conflict", str(exc))
-        except OnebitError as exc:
-            out = Outcome(name, "error", str(exc))
-        if out.state == "planned":
-            out = _deliver(ctx, out, opts, repo, slug, base, head_text)
-        outcomes.append(out)
+    with tempfile.TemporaryDirectory(prefix="onebit-pins-eval-") as tmp:
+        work = Path(tmp)
+        data = isolate.run_evaluation(ctx.root, ctx.pins, selected, work, allow_rollback=opts.allow_rollback,
+                                      reason=opts.reason, log=ctx.log)
+        requests = data.get("requests") if isinstance(data, dict) else None
+        drift = isolate.run_drift(ctx.root, work, report._list(requests, "requests")) if requests else []
+        outcomes = _outcomes(ctx, data, work, drift)
+        for k, out in enumerate(outcomes):
+            if out.state != "planned":
+                continue
+            seen = proposed(out.proposal.branch)
+            if seen:
+                outcomes[k] = Outcome(out.pin, "already-proposed", f"{out.proposal.branch} was already proposed ({seen}); nothing to do")
+                continue
+            if out.fork and not opts.dry_run:
+                pin = ctx.pins[out.pin]
+                try:
+                    gitops.push_fork(pin=out.pin, fork_url=pin.url, branch=pin.branch, bundle=work / out.fork["bundle"],
+                                     old_tip=out.fork["old_tip"], new_tip=out.fork["new_tip"], mode=out.fork["mode"],
+                                     token=ctx.token, where=pin.where)
+                except OnebitError as exc:
+                    outcomes[k] = Outcome(out.pin, "error", str(exc), out.proposal)
+                    continue
+            outcomes[k] = _deliver(ctx, out, opts, repo, slug, base, head_text)
 
     if not opts.open_pr and not opts.dry_run:
         planned = [o for o in outcomes if o.state == "edited"]

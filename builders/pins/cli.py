@@ -45,6 +45,18 @@ def register(subparsers) -> argparse.ArgumentParser:
     bp.add_argument("--show-body", action="store_true", help="print each proposal's PR body")
     bp.set_defaults(func=cmd_bump)
 
+    # the bot's isolated parts (builders/pins/isolate.py): started by `bump`, never by hand
+    ev = sub.add_parser("evaluate", help=argparse.SUPPRESS)
+    ev.add_argument("--out", required=True)
+    ev.add_argument("--allow-rollback", action="store_true")
+    ev.add_argument("--reason", default=None)
+    ev.add_argument("names", nargs="*")
+    ev.set_defaults(func=cmd_evaluate)
+    dr = sub.add_parser("drift", help=argparse.SUPPRESS)
+    dr.add_argument("--in", dest="in_dir", required=True)
+    dr.add_argument("--no-make", default=None)
+    dr.set_defaults(func=cmd_drift)
+
     ck = sub.add_parser("check", help="fail if a pin moved backwards or sideways since REF (unless labelled rollback)")
     ck.add_argument("--base", required=True, metavar="REF", help="the git ref to compare with, e.g. origin/main")
     ck.add_argument("--label", action="append", default=[], metavar="LABEL",
@@ -117,6 +129,30 @@ def cmd_bump(args) -> int:
     for o in failed:
         print(redact(f"error: {o.pin}: {o.state}: {o.detail}"), file=sys.stderr)
     return 1 if failed else 0
+
+
+def cmd_evaluate(args) -> int:
+    """The evaluating part: no token (its environment is cleared; any token variable is dropped all the same)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_BOT_TOKEN", "GITHUB_TOKEN", "HF_TOKEN")}
+    try:
+        ctx = bumpmod.make_context(_root(args), env=env, log=lambda m: print(f"log: {m}", file=sys.stderr, flush=True))
+        opts = bumpmod.Options(names=args.names, allow_rollback=args.allow_rollback, reason=args.reason)
+        data = bumpmod.evaluate(ctx, opts, args.names, Path(args.out))
+    except OnebitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from . import report
+
+    out = Path(args.out) / "report.json"
+    out.with_name(".report.json.part").write_text(report.dumps(data), encoding="utf-8")
+    out.with_name(".report.json.part").replace(out)
+    return 0
+
+
+def cmd_drift(args) -> int:
+    from . import isolate
+
+    return isolate.drift_main(_root(args), Path(args.in_dir), args.no_make)
 
 
 @_guarded

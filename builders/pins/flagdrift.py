@@ -1,11 +1,20 @@
 """Build-flag drift, the effectful half: check out a pin's old and new commit, plan each recipe variant that builds
 from it (builders.plan.make_plan, so our side is exactly what a build would run), read upstream's build files and
-run `make -n` (network cut like builds, with a timeout). Every decision is in builders/pins/flags.py.
+run `make -n`. Every decision is in builders/pins/flags.py.
+
+Two halves, run by builders/pins/isolate.py in two sandboxes, neither holding a secret:
+- `checkout_trees` (the evaluating part, with network): the commits' trees into a scratch directory;
+- `reports_from_trees` (the drift check, no network, the trees read-only, own /proc, private HOME and /tmp): reads
+  the build files (never through a link out of the tree, sizes capped: builders/pins/readtree.py) and runs each
+  `make -n` with a time and memory bound. Where the host cannot make the sandbox, make -n is not run at all and
+  the comparison HOLDs the bump, saying why.
+`flag_reports` does both for one pin (the tests' and `1bit-build`'s entry).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -20,10 +29,11 @@ from ..host import HostFacts, gather
 from ..plan import make_plan
 from ..plan_types import Layout, Step
 from .. import gitcmd
-from . import flags, gitops
+from . import flags, gitops, readtree
 from .flags import MakeRun, MakeSide, Row, VariantReport
 
 MAKE_TIMEOUT = 120.0  # seconds for one `make -n`: it runs nothing, but a Makefile's $(shell ...) could hang
+MAKE_MEMORY = 2 << 30  # bytes of address space for one `make -n` (and what its $(shell ...) starts)
 BUNDLE = "pins-flag-drift"  # the one-recipe bundle the plan is made for
 
 
@@ -34,28 +44,19 @@ class Tree:
         self.path = path
         self.commit = commit
         self._cache: dict[str, dict[str, str]] = {}
+        self.refused: list[str] = []  # one line per file not read (a link out of the tree, too large)
 
     def files(self, kind: str, pick: Callable[[str], bool]) -> dict[str, str]:
         if kind not in self._cache:
-            found: dict[str, str] = {}
-            for d, dirs, names in os.walk(self.path):
-                dirs[:] = sorted(x for x in dirs if x != ".git")
-                for n in names:
-                    rel = os.path.relpath(os.path.join(d, n), self.path).replace(os.sep, "/")
-                    if pick(rel):
-                        try:
-                            found[rel] = Path(d, n).read_text(encoding="utf-8", errors="replace")
-                        except OSError:
-                            continue
-            self._cache[kind] = found
+            self._cache[kind] = readtree.read_files(self.path, pick, refused=self.refused)
         return self._cache[kind]
 
     def cmake(self) -> dict[str, flags.Decl]:
         return flags.cmake_declarations(self.files("cmake", flags.is_cmake_file))
 
     def zig(self, build_file: str = "build.zig") -> dict[str, flags.Decl]:
-        path = self.path / build_file
-        return flags.zig_declarations(path.read_text(encoding="utf-8", errors="replace"), build_file) if path.is_file() else {}
+        text = readtree.read_one(self.path, build_file, refused=self.refused)
+        return flags.zig_declarations(text, build_file) if text is not None else {}
 
     def makefiles(self) -> dict[str, str]:
         return self.files("make", flags.is_makefile)
@@ -130,13 +131,31 @@ def build_step(project: Project, recipe: Recipe, variant: Variant, pin: str, com
     return plan.step(f"build:{variant.id}")
 
 
-def run_make(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], net_cut: Sequence[str],
-             paths: Mapping[str, str], timeout: float = MAKE_TIMEOUT) -> MakeRun:
-    """One `make -n` in a clean environment (PATH, HOME, LC_ALL=C and `env`), its process group killed on timeout."""
+@dataclass(frozen=True)
+class MakeLimits:
+    """How the drift check may run `make -n`: `blocked` says why it may not (no sandbox), else the bounds."""
+
+    blocked: str | None = None
+    timeout: float = MAKE_TIMEOUT
+    memory: int = MAKE_MEMORY
+
+
+def _bound(memory: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+def run_make(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], paths: Mapping[str, str],
+             timeout: float = MAKE_TIMEOUT, memory: int = MAKE_MEMORY) -> MakeRun:
+    """One `make -n` in a clean environment (PATH, HOME, LC_ALL=C and `env`), bounded in address space, its process
+    group killed on timeout. Only ever called inside the drift check's sandbox (builders/pins/isolate.py)."""
     full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"), "LC_ALL": "C", **env}
     try:
-        proc = subprocess.Popen([*net_cut, *argv], cwd=cwd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+                                preexec_fn=_bound(memory))
     except OSError as exc:
         return MakeRun(None, "", f"cannot run {argv[0]}: {exc.strerror}")
     try:
@@ -149,7 +168,7 @@ def run_make(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], net_cut:
 
 
 def _make_rows(inv: flags.Invocation, variant: Variant, recipe: Recipe, trees: tuple[Tree | None, Tree], aliases: Sequence[str],
-               host: HostFacts, paths: Mapping[str, str], commits: tuple[str, str]) -> list[Row]:
+               limits: MakeLimits, paths: Mapping[str, str], commits: tuple[str, str]) -> list[Row]:
     rvars = flags.recipe_variables(inv, [k for k in variant.options if k != "programs"])
 
     def into(tree: Tree, text: str) -> str:  # the plan's source paths, in this checkout
@@ -163,7 +182,7 @@ def _make_rows(inv: flags.Invocation, variant: Variant, recipe: Recipe, trees: t
         up = base + list(inv.goals)
 
         def run(argv, env=None) -> MakeRun:
-            return run_make(argv, cwd=d, env=env or {}, net_cut=host.net_cut, paths=paths)
+            return run_make(argv, cwd=d, env=env or {}, paths=paths, timeout=limits.timeout, memory=limits.memory)
 
         upstream = run(up)
         recipe_run = run(up + list(rvars)) if rvars else upstream
@@ -215,7 +234,8 @@ def _plan(project: Project, recipe: Recipe, vname: str, pin: str, commit: str, h
                    flags.source_aliases(step.commands, step.data.source_dir))
 
 
-def _variant_report(p: Planned, trees: tuple[Tree | None, Tree], layout: Layout, commits: tuple[str, str]) -> VariantReport:
+def _variant_report(p: Planned, trees: tuple[Tree | None, Tree], layout: Layout, commits: tuple[str, str],
+                    limits: MakeLimits) -> VariantReport:
     variant, recipe, host = p.variant, p.recipe, p.host
     if p.error:
         return VariantReport(variant.id, f"**{variant.id}**", (Row("not compared", "plan", "", f"the plan cannot be made: {p.error}"),))
@@ -235,55 +255,104 @@ def _variant_report(p: Planned, trees: tuple[Tree | None, Tree], layout: Layout,
         if inv.directory is None:
             rows.append(Row("info", inv.label(), "", f"runs in {flags.redact(inv.plan_dir, paths)}, outside the source tree "
                             "(a generated build tree): not compared; its configure is"))
+        elif limits.blocked:
+            rows.append(Row(flags.HOLD, inv.label(), "", f"make -n not run: {limits.blocked}"))
         elif not shutil.which("make"):
             rows.append(Row("not compared", inv.label(), "", "make is not installed where the bot runs"))
         else:
-            rows += _make_rows(inv, variant, recipe, trees, p.aliases, host, paths, commits)
+            rows += _make_rows(inv, variant, recipe, trees, p.aliases, limits, paths, commits)
     if not p.invs:
         rows.append(Row("not compared", variant.kind, "", f"the build step has no cmake, zig or make call (a {variant.kind} build)"))
-    cut = "" if host.net_cut or not p.needs_tree else "; this host cannot cut the network for make -n"
-    how = f"**{variant.id}**: {', '.join(labels) or variant.kind} at `{commits[0]}` → `{commits[1]}`{cut}"
+    for tree in (t for t in trees if t is not None):
+        rows += [Row("not compared", line, "", "not read") for line in dict.fromkeys(tree.refused)]
+    how = f"**{variant.id}**: {', '.join(labels) or variant.kind} at `{commits[0]}` → `{commits[1]}`"
     return VariantReport(variant.id, how, tuple(rows))
 
 
-def flag_reports(root: Path, pin: str, url: str, old: str | None, new: str, recipes: Sequence[str], *,
-                 where: str | None = None) -> list[VariantReport]:
-    """One report per variant of each recipe (by name) that builds from `pin`, comparing it with upstream's build at
-    `new` (and, where it can be fetched, `old`)."""
+def _items(project: Project, pin: str, new: str, recipes: Sequence[str], layout: Layout) -> list[Planned | VariantReport]:
+    items: list[Planned | VariantReport] = []
+    for name in recipes:
+        recipe = project.recipes.get(name)
+        if recipe is None:
+            items.append(VariantReport(name, f"**{name}**", (Row("not compared", f"recipes/{name}.yaml", "",
+                                                                 "the recipe does not pass its schema (`1bit-build validate`)"),)))
+            continue
+        host = gather([t for v in recipe.variant_names() for t in recipe.variant(v).toolchain])
+        items += [_plan(project, recipe, v, pin, new, host, layout) for v in recipe.variant_names()]
+    return items
+
+
+def _layout(project: Project, tmp: Path) -> Layout:
+    return Layout(root=project.root, cache=tmp / "plan" / "cache", work=tmp / "plan" / "work", out=tmp / "plan" / "out")
+
+
+def checkout_trees(root: Path, pin: str, url: str, old: str | None, new: str, recipes: Sequence[str], dest: Path, *,
+                   where: str | None = None) -> dict:
+    """The evaluating half: `new` (and `old`) checked out into dest/new and dest/old, every file where a variant runs
+    make, else only the build files. Returns what the drift check needs to know: {"new": bool, "old": bool,
+    "new_error": str|None, "old_error": str|None}."""
+    info: dict = {"new": False, "old": False, "new_error": None, "old_error": None}
+    project = load_project(root, strict=False)
+    with tempfile.TemporaryDirectory(prefix="onebit-flags-") as tmp_name:
+        planned = [i for i in _items(project, pin, new, recipes, _layout(project, Path(tmp_name))) if isinstance(i, Planned)]
+    if not planned:
+        return info
+    pick = None if any(p.needs_tree for p in planned) else is_build_file
+    dest.mkdir(parents=True, exist_ok=True)
+    with Source(url, where) as src:
+        try:
+            src.checkout(new, dest / "new", pick)
+            info["new"] = True
+        except OnebitError as exc:
+            info["new_error"] = exc.what
+            return info
+        if old and old != new:
+            try:
+                src.checkout(old, dest / "old", pick)
+                info["old"] = True
+            except OnebitError as exc:
+                info["old_error"] = exc.what
+    return info
+
+
+def reports_from_trees(root: Path, pin: str, old: str | None, new: str, recipes: Sequence[str], dest: Path, info: Mapping,
+                       limits: MakeLimits = MakeLimits()) -> list[VariantReport]:
+    """The drift check: one report per variant of each recipe (by name) that builds from `pin`, comparing it with
+    upstream's build at `new` (and `old`, where it was checked out) in the trees `checkout_trees` left in `dest`."""
     if not recipes:
         return []
     project = load_project(root, strict=False)
     commits = ((old or "unresolved")[:12], new[:12])
     with tempfile.TemporaryDirectory(prefix="onebit-flags-") as tmp_name:
-        tmp = Path(tmp_name)
-        layout = Layout(root=project.root, cache=tmp / "plan" / "cache", work=tmp / "plan" / "work", out=tmp / "plan" / "out")
-        items: list[Planned | VariantReport] = []
-        for name in recipes:
-            recipe = project.recipes.get(name)
-            if recipe is None:
-                items.append(VariantReport(name, f"**{name}**", (Row("not compared", f"recipes/{name}.yaml", "",
-                                                                     "the recipe does not pass its schema (`1bit-build validate`)"),)))
-                continue
-            host = gather([t for v in recipe.variant_names() for t in recipe.variant(v).toolchain])
-            items += [_plan(project, recipe, v, pin, new, host, layout) for v in recipe.variant_names()]
-        planned = [i for i in items if isinstance(i, Planned)]
-        if not planned:
+        layout = _layout(project, Path(tmp_name))
+        items = _items(project, pin, new, recipes, layout)
+        if not any(isinstance(i, Planned) for i in items):
             return [i for i in items if isinstance(i, VariantReport)]
-        pick = None if any(p.needs_tree for p in planned) else is_build_file
-        with Source(url, where) as src:
-            try:
-                new_tree = src.checkout(new, tmp / "new", pick)
-            except OnebitError as exc:
-                row = Row("not compared", new[:12], "", f"cannot check out the new commit: {exc.what}")
-                return [i if isinstance(i, VariantReport) else VariantReport(i.variant.id, f"**{i.variant.id}**", (row,)) for i in items]
-            old_tree, note = None, ()
-            if old and old != new:
-                try:
-                    old_tree = src.checkout(old, tmp / "old", pick)
-                except OnebitError as exc:
-                    note = (Row("info", old[:12], "", f"the old commit cannot be checked out ({exc.what}): new-side checks only"),)
-            out = []
-            for i in items:
-                rep = i if isinstance(i, VariantReport) else _variant_report(i, (old_tree, new_tree), layout, commits)
-                out.append(dataclasses.replace(rep, rows=rep.rows + note) if isinstance(i, Planned) else rep)
-            return out
+        if not info.get("new"):
+            why = info.get("new_error") or "it was not checked out"
+            row = Row("not compared", new[:12], "", f"cannot check out the new commit: {why}")
+            return [i if isinstance(i, VariantReport) else VariantReport(i.variant.id, f"**{i.variant.id}**", (row,)) for i in items]
+        new_tree = Tree(dest / "new", new)
+        old_tree, note = None, ()
+        if info.get("old"):
+            old_tree = Tree(dest / "old", old)
+        elif info.get("old_error"):
+            note = (Row("info", (old or "")[:12], "", f"the old commit cannot be checked out ({info['old_error']}): new-side checks only"),)
+        out = []
+        for i in items:
+            rep = i if isinstance(i, VariantReport) else _variant_report(i, (old_tree, new_tree), layout, commits, limits)
+            out.append(dataclasses.replace(rep, rows=rep.rows + note) if isinstance(i, Planned) else rep)
+        return out
+
+
+def flag_reports(root: Path, pin: str, url: str, old: str | None, new: str, recipes: Sequence[str], *,
+                 where: str | None = None) -> list[VariantReport]:
+    """Both halves for one pin: check out here, then the drift check in its sandbox (builders/pins/isolate.py)."""
+    from . import isolate
+
+    if not recipes:
+        return []
+    with tempfile.TemporaryDirectory(prefix="onebit-flags-") as tmp_name:
+        tmp = Path(tmp_name)
+        request = isolate.drift_request(root, pin, url, old, new, recipes, tmp, "t0", where=where)
+        return isolate.run_drift(root, tmp, [request])[0]

@@ -204,6 +204,7 @@ class ForkResult:
     upstream_forward: Ancestry | None
     tip_forward: bool  # the pinned commit is an ancestor of the fork tip before the operation
     kept_tag: str | None = None  # the tag that keeps old_tip (pushed only when the tip was rewritten or moved)
+    bundle: Path | None = None  # the new tip's commits not in old_tip, for the token holder to push (push_fork)
 
 
 def _conflicts(clone: Path, g=None) -> list[str]:
@@ -213,12 +214,13 @@ def _conflicts(clone: Path, g=None) -> list[str]:
 
 def update_fork(*, pin: str, mode: str, fork_url: str, branch: str, pinned: str, upstream_url: str, upstream_branch: str,
                 old_up: str | None, new_up: str, push: bool, token: str | None = None,
-                where: str | None = None, check_tip=None, check_upstream=None) -> ForkResult:
+                where: str | None = None, check_tip=None, check_upstream=None, bundle: Path | None = None) -> ForkResult:
     """Rebase (mode 'rebase') or merge ('merge') the fork branch onto `new_up` in a temporary clone.
 
     `check_tip(tip_forward, head)` / `check_upstream(ancestry)` are called before anything is changed and may raise to
     stop (the guard rails). With `push`, the old tip is tagged <pin>-<sha12> and the branch is pushed (a rebase with
-    --force-with-lease on the old tip), atomically."""
+    --force-with-lease on the old tip), atomically. With `bundle` (the bot's evaluating part, which holds no token),
+    the new commits are written to that git bundle instead, for push_fork."""
     local = gitcmd.is_local_url(fork_url) or gitcmd.is_local_url(upstream_url)  # the clone's promisor may be a mirror
 
     def g(args, **kw):
@@ -287,6 +289,9 @@ def update_fork(*, pin: str, mode: str, fork_url: str, branch: str, pinned: str,
                 raise ForkConflict(pin, "merge", files, None, where=where)
         new_tip = g(["rev-parse", "HEAD"], cwd=clone).stdout.strip()
         tag = f"{pin}-{head[:12]}"
+        if bundle is not None:
+            g(["bundle", "create", "--quiet", str(bundle), f"refs/heads/{branch}", f"^{head}"], cwd=clone,
+              what=f"cannot bundle the update of {branch}", where=where)
         if push:
             g(["tag", "-f", tag, head], cwd=clone)
             lease = [f"--force-with-lease=refs/heads/{branch}:{head}"] if mode == "rebase" else []
@@ -294,6 +299,59 @@ def update_fork(*, pin: str, mode: str, fork_url: str, branch: str, pinned: str,
                  f"refs/tags/{tag}:refs/tags/{tag}", f"{'+' if mode == 'rebase' else ''}HEAD:refs/heads/{branch}"],
                 cwd=clone, env=auth_env(fork_url, token), what=f"cannot push {branch} and tag {tag} to {fork_url}", where=where,
                 hint="the bot token needs write access to the fork; nothing else was changed")
-        return ForkResult(head, new_tip, True, count, up_anc, tip_forward, tag)
+        return ForkResult(head, new_tip, True, count, up_anc, tip_forward, tag, bundle)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def bundle_header(path: Path, limit: int = 1 << 20) -> tuple[list[tuple[str, str]], list[str]]:
+    """Pure reading of a v2 git bundle's header: its (commit, ref) heads and its prerequisite commits."""
+    with open(path, "rb") as fh:
+        head = fh.read(limit)
+    text, sep, _ = head.partition(b"\n\n")
+    lines = text.decode("utf-8", "replace").split("\n")
+    if not sep or lines[0] != "# v2 git bundle":
+        raise OnebitError(f"{path.name} is not a v2 git bundle")
+    heads, prereqs = [], []
+    for line in lines[1:]:
+        sha, _, rest = line.lstrip("-").partition(" ")
+        if not SHA.match(sha):
+            raise OnebitError(f"{path.name}: a malformed bundle header line")
+        if line.startswith("-"):
+            prereqs.append(sha)
+        else:
+            heads.append((sha, rest))
+    return heads, prereqs
+
+
+def push_fork(*, pin: str, fork_url: str, branch: str, bundle: Path, old_tip: str, new_tip: str, mode: str,
+              token: str | None, where: str | None = None) -> None:
+    """(The token holder) push a fork update the evaluating part left as a bundle: the old tip kept by the tag
+    <pin>-<sha12>, the branch moved to `new_tip` (a rebase with --force-with-lease on the old tip), atomically.
+    Nothing is checked out: a bare scratch repository gets the fork's tip (depth 1) and the bundle's commits."""
+    if not (SHA.match(old_tip) and SHA.match(new_tip)):
+        raise OnebitError(f"push of {pin}: not commit ids: {old_tip!r} {new_tip!r}", where=where)
+    local = gitcmd.is_local_url(fork_url)
+    with Scratch() as s:
+        git(["fetch", "--quiet", "--no-tags", "--depth=1", fork_url, f"+refs/heads/{branch}:refs/onebit/tip"], cwd=s.dir,
+            what=f"cannot fetch {branch} from {fork_url}", where=where, allow_file=local)
+        tip = git(["rev-parse", "refs/onebit/tip"], cwd=s.dir).stdout.strip()
+        if tip != old_tip:
+            raise OnebitError(f"{branch} of {fork_url} moved to {tip[:12]} while the bot ran (it was {old_tip[:12]})",
+                              where=where, hint="run the bump again; nothing was pushed")
+        heads, prereqs = bundle_header(bundle)
+        if heads != [(new_tip, f"refs/heads/{branch}")]:
+            raise OnebitError(f"the update of {branch} holds other refs than {new_tip[:12]}", where=where)
+        if prereqs:  # the commits the bundle builds on (the fork has them): their trees are the deltas' bases
+            git(["fetch", "--quiet", "--no-tags", "--depth=1", fork_url, *prereqs], cwd=s.dir, allow_file=local,
+                what=f"cannot fetch the base of the update of {branch} from {fork_url}", where=where)
+        git(["fetch", "--quiet", "--no-tags", str(bundle), f"refs/heads/{branch}:refs/onebit/new"], cwd=s.dir, allow_file=True,
+            what=f"cannot read the update of {branch}", where=where)
+        if git(["rev-parse", "refs/onebit/new"], cwd=s.dir).stdout.strip() != new_tip:
+            raise OnebitError(f"the update of {branch} is not {new_tip[:12]}", where=where)
+        tag = f"{pin}-{old_tip[:12]}"
+        lease = [f"--force-with-lease=refs/heads/{branch}:{old_tip}"] if mode == "rebase" else []
+        git(["push", "--quiet", "--atomic", *lease, fork_url, f"{old_tip}:refs/tags/{tag}",
+             f"{'+' if mode == 'rebase' else ''}{new_tip}:refs/heads/{branch}"], cwd=s.dir, allow_file=local,
+            env=auth_env(fork_url, token), what=f"cannot push {branch} and tag {tag} to {fork_url}", where=where,
+            hint="the bot token needs write access to the fork; nothing else was changed")
