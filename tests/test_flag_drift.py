@@ -3,6 +3,7 @@ repositories whose real Makefile / CMakeLists.txt / build.zig change between two
 only parsed), and through the bot (`pins bump`, `pins check`) against the fake GitHub API."""
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 
@@ -498,27 +499,86 @@ def test_a_recipe_that_cannot_be_compared_says_why(tmp_path):
     assert [r.result for r in rep.rows] == ["info", "info"] and "the old commit cannot be checked out" in rep.rows[-1].detail
 
 
-NET_MAKEFILE = """\
-IFACES := $(shell python3 -c 'import socket; print(" ".join(sorted(n for _, n in socket.if_nameindex())))')
-all:
-\t@echo interfaces: $(IFACES)
+HOSTILE_MAKEFILE = """\
+IFACES := $(shell tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' _)
+PROCS := $(shell ls -d /proc/[0-9]* | wc -l)
+WROTE := $(shell touch $(CURDIR)/planted 2>/dev/null && echo yes || echo no)
+OUT := $(shell touch {src}/planted 2>/dev/null)
+MEM := $(shell python3 -c 'b = bytearray(3 << 30); print("big")' 2>/dev/null || echo bounded)
+cpu:
+\tcc -DIFACES=$(IFACES) -DWROTE=$(WROTE) -DMEM=$(MEM) -c -o a.o a.c
 slow:
 \t@echo $(shell sleep 30)
 """
 
 
 @needs_make
-def test_make_n_runs_with_the_network_cut_and_a_timeout(tmp_path):
-    from builders.host import probe_net_cut
+def test_make_n_runs_in_its_sandbox_without_network_write_access_or_unbounded_memory(tmp_path, monkeypatch):
+    from builders import sandbox
 
-    cut = probe_net_cut()
-    if not cut:
-        pytest.skip("this host cannot make a network namespace (unshare --net)")
-    (tmp_path / "Makefile").write_text(NET_MAKEFILE)
-    ran = flagdrift.run_make(["make", "-n", "all"], cwd=tmp_path, env={}, net_cut=cut, paths={str(tmp_path): "<src>"})
-    assert ran.ok and ran.out.strip() == "echo interfaces: lo"  # a fresh namespace has only loopback
-    slow = flagdrift.run_make(["make", "-n", "slow"], cwd=tmp_path, env={}, net_cut=cut, paths={}, timeout=1)
-    assert slow.rc is None and slow.err == "timed out after 1 s"
+    if sandbox.why_unavailable():
+        pytest.skip(sandbox.why_unavailable())
+    up = Upstream(tmp_path / "up" / "dsx")
+    old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
+    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    new = up.commit("hostile", {"Makefile": HOSTILE_MAKEFILE.replace("{src}", str(tmp_path))})
+    [rep] = drift(proj, "dsx", up, old, new)
+    flags_seen = {r.what for r in rep.rows}
+    assert {"-DIFACES=lo_", "-DWROTE=no", "-DMEM=bounded"} <= flags_seen, sorted(flags_seen)  # loopback only; tree read-only
+    assert not (tmp_path / "planted").exists()
+    monkeypatch.setenv("ONEBIT_PINS_MAKE_TIMEOUT", "1")
+    slow = up.commit("slow", {"Makefile": HOSTILE_MAKEFILE.replace("cpu:", "cpu: slow\nnever:")})
+    [rep] = drift(proj, "dsx", up, old, slow)
+    assert ("not compared", "make -n cpu", "") in table([rep]) and "timed out after 1 s" in rep.rows[0].detail
+
+
+def test_without_the_sandbox_make_is_not_run_and_the_bump_is_held(tmp_path, monkeypatch):
+    from builders import sandbox
+
+    up = Upstream(tmp_path / "up" / "dsx")
+    old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
+    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    new = up.commit("docs", {"README": "x\n"})
+    monkeypatch.setattr(sandbox, "why_unavailable", lambda bwrap=sandbox.BWRAP: "bubblewrap (bwrap) is not installed")
+    [rep] = drift(proj, "dsx", up, old, new)
+    assert rep.reasons() == ["dsx: make cpu: make -n not run: this host cannot make the sandbox "
+                             "(bubblewrap (bwrap) is not installed)"]
+
+
+def test_build_files_are_never_read_through_a_link_out_of_the_tree(tmp_path):
+    outside = tmp_path / "outside.cmake"
+    outside.write_text('option(FROM_OUTSIDE "x" ON)\n')
+    cm = 'cmake_minimum_required(VERSION 3.16)\nproject(demo C)\noption(DEMO_FAST "fast" ON)\n'
+    up, proj, old = setup(tmp_path, "demo", cmake_recipe("demo", {"DEMO_FAST": "ON"}),
+                          {"CMakeLists.txt": cm, "cmake/in.cmake": 'option(DEMO_IN "in" ON)\n'})
+    for name, target in (("s.cmake", str(outside)), ("z.cmake", "/dev/zero"), ("p.cmake", "/proc/self/environ"),
+                         ("up.cmake", "../../outside.cmake"), ("ok.cmake", "in.cmake")):
+        os.symlink(target, up.path / "cmake" / name)
+    git(up.path, "add", "cmake")
+    git(up.path, "commit", "-qm", "links")
+    new = up.head()
+    [rep] = drift(proj, "demo", up, old, new)
+    rows = table([rep])
+    assert not any("FROM_OUTSIDE" in r[1] for r in rows)
+    assert not any("ok.cmake" in r[1] for r in rows)  # a link inside the tree is read like its target
+    refused = sorted(r.what for r in rep.rows if r.detail == "not read")
+    assert refused == [f"cmake/{n}: a link out of the tree" for n in ("p.cmake", "s.cmake", "up.cmake", "z.cmake")]
+
+
+def test_build_files_are_read_with_a_size_cap(tmp_path, monkeypatch):
+    from builders.pins import readtree
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "a.cmake").write_text("x" * 100)
+    (tmp_path / "t" / "b.cmake").write_text("y" * 100)
+    monkeypatch.setattr(readtree, "MAX_FILE", 150)
+    refused: list[str] = []
+    assert readtree.read_files(tmp_path / "t", lambda r: True, refused=refused, limit=150) == {"a.cmake": "x" * 100}
+    assert refused == ["b.cmake: the build files of this tree exceed 64 MiB; not read"]
+    monkeypatch.setattr(readtree, "MAX_FILE", 50)
+    refused = []
+    assert readtree.read_files(tmp_path / "t", lambda r: True, refused=refused) == {}
+    assert refused == ["a.cmake: larger than 0 MiB", "b.cmake: larger than 0 MiB"]
 
 
 # ------------------------------------------------------------------------------------------------ through the bot
