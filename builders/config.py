@@ -107,6 +107,7 @@ class DebInput:
 
     path: str
     sha256: str
+    size: int | None = None  # bytes (the Packages entry's Size): a download is cut off past it, before hashing
 
     @property
     def name(self) -> str:

@@ -6,15 +6,24 @@ sha256, and unpacks its data member. No archive host is written anywhere in the 
 `$ONEBIT_DEBIAN_MIRROR`, else from the host's own apt sources (every Debian archive URI they list, in order), so a Debian
 host needs no setting at all.
 
+A download is cut off past the pinned `size` (the Packages entry's Size; MAX_DEB where none is pinned), before the
+sha256 is computed.
+
 A .deb is an `ar` archive holding `debian-binary`, `control.tar.*` and `data.tar.*`; only the data member is unpacked,
-streamed, every member checked (no absolute path, no `..`, no device), and a link that would point outside the
-unpacked tree (`/lib64/ld-linux-x86-64.so.2 -> /lib/...`) is skipped, not followed.
+by this module itself (never tarfile's extract or its filters: CPython's realpath overflow on long link chains let a
+crafted tar write outside its root before 3.11.13 / 3.12.11): every member's name is checked (no absolute path, no
+`..`, no device), its parent directory resolved through the links known so far by builders/treepath.py (text only,
+never the host's realpath) and refused when it leads out of the root, files written with O_NOFOLLOW and without
+setuid/setgid bits, hard links only to regular files inside the root. A symlink is kept when it leads inside the
+root: a relative one as written (`libfoo.so -> libfoo.so.1`), an absolute one re-rooted as the relative link to the
+same place (`lib64/ld-linux-x86-64.so.2 -> ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`); others are skipped.
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import stat
 import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -25,9 +34,12 @@ from .archives import member_problem
 from .config import DebInput, file_sha256
 from .errors import FetchError
 from .swap import replace_dir
+from .treepath import link_in_root, resolve
 
 MIRROR_ENV = "ONEBIT_DEBIAN_MIRROR"
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+MAX_DEB = 2 << 30  # bytes: the stated bound of a download whose size is not pinned
+MAX_UNPACKED = 16 << 30  # bytes written by one unpack
 _POOL = re.compile(r"^pool/[a-z0-9-]+/[a-z0-9+.-]+/[a-z0-9+.-]+/[A-Za-z0-9+.~_-]+\.deb$")
 
 
@@ -131,6 +143,7 @@ def fetch(deb: DebInput, downloads: Path, *, offline: bool = False, archives: Se
 
     http = session or make_session()
     failures = []
+    limit = deb.size or MAX_DEB
     tmp = where.with_name(where.name + f".tmp-{os.getpid()}")
     for base in archives:
         url = f"{base}/{deb.path}"
@@ -139,19 +152,28 @@ def fetch(deb: DebInput, downloads: Path, *, offline: bool = False, archives: Se
         log(f"download {name}")
         try:
             if url.startswith("file:"):
-                shutil.copyfile(url.removeprefix("file://").removeprefix("file:"), tmp / name)
+                with open(url.removeprefix("file://").removeprefix("file:"), "rb") as src:
+                    _copy_capped(iter(lambda: src.read(1 << 20), b""), tmp / name, limit, name, base)
             else:
                 with http.get(url, stream=True, timeout=(15, 300)) as resp:
                     if resp.status_code != 200:
                         failures.append(f"{base}: HTTP {resp.status_code}")
                         continue
-                    with open(tmp / name, "wb") as f:
-                        for chunk in resp.iter_content(1 << 20):
-                            f.write(chunk)
+                    length = resp.headers.get("Content-Length", "")
+                    if length.isdigit() and int(length) > limit:
+                        raise _too_big(name, base, limit)
+                    _copy_capped(resp.iter_content(1 << 20), tmp / name, limit, name, base)
+        except FetchError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         except (OSError, requests.RequestException) as exc:  # this archive cannot serve it: try the next
             failures.append(f"{base}: {type(exc).__name__}: {str(exc)[:200]}")
             continue
         got = file_sha256(tmp / name)
+        if deb.size is not None and (tmp / name).stat().st_size != deb.size:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FetchError(f"{name} from {base}: {(tmp / name).stat().st_size if (tmp / name).exists() else 0} bytes, "
+                             f"not the pinned {deb.size}", hint="the archive served other bytes than were pinned")
         if got != deb.sha256:
             shutil.rmtree(tmp, ignore_errors=True)
             raise FetchError(f"{name} from {base}: sha256 {got} does not match the pinned {deb.sha256}",
@@ -163,6 +185,23 @@ def fetch(deb: DebInput, downloads: Path, *, offline: bool = False, archives: Se
     raise FetchError(f"{name} could not be downloaded:\n    " + "\n    ".join(failures),
                      hint="a Debian archive drops a package once its suite moves on: pin the version the suite has "
                           f"now (its Packages index), or point {MIRROR_ENV} at an archive that keeps it")
+
+
+def _too_big(name: str, base: str, limit: int) -> FetchError:
+    return FetchError(f"{name} from {base}: more than the pinned {limit} bytes; download stopped before hashing",
+                      hint="the archive served other bytes than were pinned (or the recipe's size is wrong)")
+
+
+def _copy_capped(chunks, dest: Path, limit: int, name: str, base: str) -> int:
+    """Write `chunks` to dest, refusing once more than `limit` bytes arrived (nothing more is read)."""
+    total = 0
+    with open(dest, "wb") as f:
+        for chunk in chunks:
+            total += len(chunk)
+            if total > limit:
+                raise _too_big(name, base, limit)
+            f.write(chunk)
+    return total
 
 
 # ---- unpack ----------------------------------------------------------------------------------------------------------
@@ -199,45 +238,140 @@ class _Slice:
         return data
 
 
-def _keep(member: tarfile.TarInfo, dest: str, deb: str) -> tarfile.TarInfo | None:
-    """The project's member check (builders.archives) on the name, then tarfile's data filter, except that a link
-    pointing outside the tree is skipped instead of failing the unpack."""
-    why = member_problem(member.name.removeprefix("./") or ".",
-                         is_special=not (member.isfile() or member.isdir() or member.issym() or member.islnk()))
+def _refuse(deb: str, name: str, why: str) -> FetchError:
+    return FetchError(f"{deb}: member {name!r} {why}; refusing to unpack it",
+                      hint="the package is corrupt or not what was pinned: delete it from the download cache")
+
+
+def _check(member: tarfile.TarInfo, deb: str) -> str:
+    """The member's name relative to the root ("" for the root itself), or refused."""
+    name = member.name.removeprefix("./")
+    special = not (member.isfile() or member.isdir() or member.issym() or member.islnk())
+    why = member_problem(name or ".", is_special=special)
     if why:
-        raise FetchError(f"{deb}: member {member.name!r} {why}; refusing to unpack it",
-                         hint="the package is corrupt or not what was pinned: delete it from the download cache")
-    try:
-        return tarfile.data_filter(member, dest)
-    except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError):
-        return None
-    except tarfile.FilterError as exc:
-        raise FetchError(f"{deb}: member {member.name!r} is unsafe ({exc}); refusing to unpack it",
-                         hint="the package is corrupt or not what was pinned: delete it from the download cache") from None
+        raise _refuse(deb, member.name, why)
+    return name.rstrip("/") if name not in (".", "") else ""
 
 
-def unpack(deb: Path, into: Path) -> int:
-    """Unpack a .deb's data member into `into` (created). Returns how many members were written."""
+class _Root:
+    """The unpack root as the resolver sees it: the package's own links, then the links already on disk (read as
+    text with lstat, component by component, so no host path is ever followed)."""
+
+    def __init__(self, into: Path, links: dict[str, str]):
+        self.into, self.links = into, links
+        self.written = 0  # bytes of file data written
+
+    def readlink(self, rel: str) -> str | None:
+        if rel in self.links:
+            return self.links[rel]
+        try:
+            st = os.lstat(self.into / rel)
+        except OSError:
+            return None
+        return os.readlink(self.into / rel) if stat.S_ISLNK(st.st_mode) else None
+
+    def parent(self, name: str, deb: str) -> str:
+        """The real (link-free) directory a member's parent leads to; refused when it leaves the root."""
+        parent = resolve(name.rpartition("/")[0], self.readlink, absolute="reroot")
+        if parent is None:
+            raise _refuse(deb, name, "is reached through a link that leads out of the unpack root")
+        return parent
+
+    def mkdirs(self, rel: str, deb: str) -> Path:
+        here = self.into
+        for part in [p for p in rel.split("/") if p]:
+            here = here / part
+            try:
+                st = os.lstat(here)
+            except FileNotFoundError:
+                os.mkdir(here, 0o755)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                raise _refuse(deb, rel, "has a parent that is not a directory")
+        return here
+
+    def clear(self, path: Path) -> None:
+        """Make room for a new entry at `path` (never following it): a file or link there is removed."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            raise FileExistsError(path)
+        os.unlink(path)
+
+
+def _data_tar(deb: Path):
     data = [(n, o, s) for n, o, s in ar_members(deb) if n.startswith("data.tar")]
     if len(data) != 1:
         raise FetchError(f"{deb.name}: expected one data.tar member, found {len(data)}")
     name, offset, size = data[0]
-    into.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with open(deb, "rb") as f:
+
+    def open_tar(f):
         raw = _Slice(f, offset, size)
         if name.endswith(".zst"):
             import zstandard
 
-            stream = zstandard.ZstdDecompressor().stream_reader(raw)
-            mode = "r|"
-        else:
-            stream, mode = raw, "r|*"
-        with tarfile.open(fileobj=stream, mode=mode) as tar:
-            for m in tar:
-                kept = _keep(m, str(into), deb.name)
-                if kept is None:
-                    continue
-                tar.extract(kept, into, filter="fully_trusted")  # the member was filtered above
-                count += 1
+            return tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(raw), mode="r|")
+        return tarfile.open(fileobj=raw, mode="r|*")
+    return open_tar
+
+
+def unpack(deb: Path, into: Path) -> int:
+    """Unpack a .deb's data member into `into` (created). Returns how many members were written."""
+    open_tar = _data_tar(deb)
+    into.mkdir(parents=True, exist_ok=True)
+    links: dict[str, str] = {}
+    with open(deb, "rb") as f, open_tar(f) as tar:  # first pass: every name checked, the package's links known
+        for m in tar:
+            name = _check(m, deb.name)
+            if m.issym():
+                links[name] = m.linkname
+    root = _Root(into, links)
+    count = 0
+    with open(deb, "rb") as f, open_tar(f) as tar:
+        for m in tar:
+            name = _check(m, deb.name)
+            if not name:  # the root itself
+                count += m.isdir()
+                continue
+            try:
+                count += _write(tar, m, name, root, into, deb.name)
+            except OSError as exc:
+                raise _refuse(deb.name, m.name, f"cannot be written ({exc.strerror})") from None
     return count
+
+
+def _write(tar: tarfile.TarFile, m: tarfile.TarInfo, name: str, root: _Root, into: Path, deb: str) -> int:
+    """Write one member (already checked); 1 when written, 0 when skipped."""
+    parent = root.parent(name, deb)
+    rel = f"{parent}/{name.rpartition('/')[2]}" if parent else name.rpartition("/")[2]
+    if m.isdir():
+        root.mkdirs(rel, deb)
+        return 1
+    where = root.mkdirs(parent, deb) / name.rpartition("/")[2]
+    if m.issym():
+        text = link_in_root(name, m.linkname, root.readlink)
+        if text is None:
+            return 0  # a link out of the root: skipped, not followed
+        root.clear(where)
+        os.symlink(text, where)
+    elif m.islnk():
+        target = resolve(_check(tarfile.TarInfo(m.linkname), deb), root.readlink, absolute="reroot")
+        src = into / target if target else None
+        if src is None or not stat.S_ISREG(os.lstat(src).st_mode if os.path.lexists(src) else 0):
+            raise _refuse(deb, m.name, f"is a hard link to {m.linkname!r}, not a file inside the root")
+        root.clear(where)
+        os.link(src, where, follow_symlinks=False)
+    else:
+        root.written += m.size
+        if root.written > MAX_UNPACKED:
+            raise FetchError(f"{deb}: unpacks to more than {MAX_UNPACKED >> 30} GiB; refusing it")
+        root.clear(where)
+        mode = (m.mode & 0o755) | 0o600  # no setuid, setgid, sticky or group/other write
+        fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "wb") as out, tar.extractfile(m) as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.chmod(where, mode)
+        os.utime(where, (m.mtime, m.mtime), follow_symlinks=False)
+    return 1

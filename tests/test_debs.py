@@ -2,13 +2,15 @@
 verified, its data member unpacked safely. The packages are built here in Debian's own format (ar + tar)."""
 from __future__ import annotations
 
+import os
+
 import io
 import tarfile
 import time
 
 import pytest
 
-from builders import debs
+from builders import debs, treepath
 from builders.config import DebInput, file_sha256
 from builders.errors import FetchError
 
@@ -100,10 +102,10 @@ def test_fetch_verify_unpack_then_offline(tmp_path, archive):
     got = debs.fetch(deb, tmp_path / "dl", archives=[f"file://{tmp_path / 'nowhere'}", f"file://{root}"])
     assert got == tmp_path / "dl" / deb.sha256 / deb.name and file_sha256(got) == deb.sha256
     out = tmp_path / "out"
-    assert debs.unpack(got, out) == 5  # the absolute link is skipped, not followed
+    assert debs.unpack(got, out) == 6  # the absolute link is kept, re-rooted inside the root
     assert (out / "usr/bin/tool").read_bytes().startswith(b"#!/bin/sh") and (out / "usr/bin/tool").stat().st_mode & 0o111
     assert (out / "usr/lib/libx.so").is_symlink() and (out / "usr/lib/libx.so").resolve() == out / "usr/lib/libx.so.1"
-    assert not (out / "usr/lib64/ld.so").exists() and not (out / "usr/lib64/ld.so").is_symlink()
+    assert os.readlink(out / "usr/lib64/ld.so") == "../../lib/x86_64-linux-gnu/ld.so"
     # offline: the cache answers, no archive is asked
     assert debs.fetch(deb, tmp_path / "dl", offline=True, archives=[]) == got
 
@@ -135,3 +137,87 @@ def test_not_a_deb(tmp_path):
     (tmp_path / "x.deb").write_bytes(b"PK\x03\x04 zip")
     with pytest.raises(FetchError, match="not a Debian package"):
         debs.unpack(tmp_path / "x.deb", tmp_path / "out")
+
+
+# ---- links and the realpath-overflow class (issue 21) ------------------------------------------------------------
+LINKS = {"lib": "usr/lib", "usr/lib/x86_64-linux-gnu/libfoo.so": "libfoo.so.1", "loop": "loop", "up": "../..",
+         "usr/bin/abs": "/usr/bin/real"}
+
+
+@pytest.mark.parametrize("member, target, want", [
+    ("usr/lib/x86_64-linux-gnu/libfoo.so", "libfoo.so.1", "libfoo.so.1"),  # in-tree relative: kept as written
+    ("lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+     "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"),  # absolute, inside: re-rooted
+    ("lib/x86_64-linux-gnu/ld.so", "/usr/lib/ld.so", "../ld.so"),  # the parent lib -> usr/lib is where it lives
+    ("usr/share/x", "../../../etc/passwd", None),  # climbs out
+    ("usr/share/x", "/../../etc/passwd", None),  # absolute and climbing out
+    ("usr/share/x", "../../loop/a", None),  # a loop
+    ("usr/share/x", "../../up/etc", None),  # through a link that climbs out
+    ("up/x", "y", None),  # its own directory is out of the root
+    ("usr/bin/a", "abs", "abs"),  # to a link whose absolute target is inside
+    ("usr/bin/a", "", None),
+])
+def test_link_in_root(member, target, want):
+    assert treepath.link_in_root(member, target, LINKS.get) == want
+
+
+@pytest.mark.parametrize("path, absolute, want", [
+    ("lib/x86_64-linux-gnu/libfoo.so", "reroot", "usr/lib/x86_64-linux-gnu/libfoo.so.1"),
+    ("/lib/a", "reroot", "usr/lib/a"), ("/lib/a", "refuse", None), ("usr/bin/abs", "refuse", None),
+    ("usr/bin/abs", "reroot", "usr/bin/real"), ("loop", "reroot", None), ("up/x", "reroot", None), ("a/../b", "refuse", "b"),
+    ("a/" + "b/" * 300, "refuse", None),
+])
+def test_resolve(path, absolute, want):
+    assert treepath.resolve(path, LINKS.get, absolute=absolute) == want
+
+
+def test_a_link_chain_longer_than_path_max_writes_nothing_outside(tmp_path):
+    """The realpath-overflow attack (CPython gh-135034; this interpreter is older than its fix): links whose
+    expansion exceeds PATH_MAX so realpath stops resolving, then a hard link and a file through them."""
+    outer = tmp_path / "outer"
+    dest = outer / "dest"
+    outer.mkdir()
+    (outer / "flag").write_text("kept\n")
+    steps = "abcdefghijklmnop"
+    component = "d" * ((os.pathconf(outer, "PC_PATH_MAX") - len(str(dest)) - 1) // (len(steps) + 1))
+    members, path = [], ""
+    for step in steps:
+        members.append(_info(os.path.join(path, component), kind=tarfile.DIRTYPE, mode=0o777))
+        members.append(_info(os.path.join(path, step), kind=tarfile.SYMTYPE, link=component))
+        path = os.path.join(path, component)
+    linkpath = os.path.join(*steps, "l" * 254)
+    members.append(_info(linkpath, kind=tarfile.SYMTYPE, link=os.path.join(*[".."] * len(steps))))
+    members.append(_info("escape", kind=tarfile.SYMTYPE, link=os.path.join(linkpath, "..")))
+    members.append(_info("flaglink", kind=tarfile.LNKTYPE, link="escape/flag"))
+    members.append(_info("flaglink", data=b"overwrite\n"))
+    members.append(_info("escape/newfile", data=b"new\n"))
+    deb = tmp_path / "chain.deb"
+    make_deb(deb, members)
+    with pytest.raises(FetchError, match="refusing to unpack"):
+        debs.unpack(deb, dest)
+    assert (outer / "flag").read_text() == "kept\n" and sorted(p.name for p in outer.iterdir()) == ["dest", "flag"]
+
+
+def test_symlink_then_write_through_it_is_refused(tmp_path):
+    deb = tmp_path / "t.deb"
+    make_deb(deb, [_info("./etc", kind=tarfile.SYMTYPE, link="/../../../../../etc"), _info("./etc/x", data=b"x")])
+    with pytest.raises(FetchError, match="leads out of the unpack root"):
+        debs.unpack(deb, tmp_path / "out")
+    deb2 = tmp_path / "t2.deb"
+    make_deb(deb2, [_info("./usr/lib/", kind=tarfile.DIRTYPE, mode=0o755), _info("./lib", kind=tarfile.SYMTYPE, link="usr/lib"),
+                    _info("./lib/libz.so.1", data=b"z", mode=0o4755)])
+    assert debs.unpack(deb2, tmp_path / "out2") == 3
+    got = tmp_path / "out2" / "usr" / "lib" / "libz.so.1"
+    assert got.read_bytes() == b"z" and got.stat().st_mode & 0o7777 == 0o755  # written through the in-root link, no setuid
+
+
+def test_a_download_is_cut_off_at_the_pinned_size(tmp_path, archive):
+    root, deb = archive
+    size = (root / deb.path).stat().st_size
+    assert debs.fetch(DebInput(deb.path, deb.sha256, size), tmp_path / "dl", archives=[f"file://{root}"]).is_file()
+    big = root / "pool/main/b/big/big_1_amd64.deb"
+    big.parent.mkdir(parents=True)
+    big.write_bytes(b"\0" * (1 << 20) * 3)
+    with pytest.raises(FetchError, match="more than the pinned 100 bytes; download stopped before hashing"):
+        debs.fetch(DebInput("pool/main/b/big/big_1_amd64.deb", "2" * 64, 100), tmp_path / "dl", archives=[f"file://{root}"])
+    assert not list((tmp_path / "dl").glob("2222*"))
