@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tarfile
 import zipfile
 from collections.abc import Callable
@@ -97,6 +98,37 @@ def extract_zip(archive: Path, into: Path, *, select: Callable[[str], bool] = la
                 os.chmod(target, mode & 0o755)
             count += 1
     return count
+
+
+def write_member(into: Path, rel: str, data: bytes, mode: int = 0o644) -> Path:
+    """Write one checked member at into/rel without following any link: each parent must be a real directory
+    (created when missing), an existing file or link at rel is replaced, the file is opened O_NOFOLLOW|O_EXCL, and
+    setuid, setgid, sticky and group/other write bits are dropped."""
+    problem = member_problem(rel)
+    if problem:
+        raise ArchiveError(f"member {rel!r} {problem}; refusing to unpack it")
+    into.mkdir(parents=True, exist_ok=True)
+    here = into
+    for part in rel.split("/")[:-1]:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            os.mkdir(here, 0o755)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise ArchiveError(f"member {rel!r}: {part} is not a directory in the unpacked tree; refusing to unpack it")
+    target = into / rel
+    if os.path.lexists(target):
+        if os.path.isdir(target) and not os.path.islink(target):
+            raise ArchiveError(f"member {rel!r} would replace a directory; refusing to unpack it")
+        os.unlink(target)
+    mode = (mode & 0o755) | 0o600
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.chmod(target, mode)
+    return target
 
 
 def check_archive_file(archive: Path) -> None:

@@ -6,6 +6,7 @@ A mirror is a git URL or an sdist on the Python package index that vendors the u
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -257,6 +258,15 @@ def target_args(python: str) -> list[str]:
     return args
 
 
+MAX_DOWNLOAD = 4 << 30  # bytes: the stated bound of one downloaded wheel (pip cannot be told a pinned size)
+
+
+def _capped_files() -> None:
+    """In pip's process: no file it writes may grow past MAX_DOWNLOAD (the kernel stops it: SIGXFSZ), so a server
+    cannot fill the disk before the sha256 is checked."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_DOWNLOAD, MAX_DOWNLOAD))
+
+
 def fetch_wheel_file(package: str, version: str, sha256: str, downloads: Path, *, offline: bool = False,
                      log: Log = _noop) -> Path:
     """One wheel of a toolchain input (NVIDIA's CUDA wheels), downloaded by name and version into downloads/<sha256>/
@@ -272,8 +282,8 @@ def fetch_wheel_file(package: str, version: str, sha256: str, downloads: Path, *
     tmp = _unique_tmp(where)
     try:
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                               "--disable-pip-version-check", "--quiet", "--dest", str(tmp), f"{package}=={version}"],
-                              capture_output=True, text=True)
+                               "--disable-pip-version-check", "--quiet", "--no-cache-dir", "--dest", str(tmp),
+                               f"{package}=={version}"], capture_output=True, text=True, preexec_fn=_capped_files)
         if proc.returncode != 0:
             raise FetchError(f"pip could not download {package}=={version}: {proc.stderr.strip()[-400:]}")
         wheel = next(tmp.glob("*.whl"))
@@ -306,7 +316,7 @@ def fetch_wheels(requirements: list[str], dest: Path, pythons: list[str], *, off
             into = tmp / python_tag(python)
             proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
                                    "--dest", str(into), "--disable-pip-version-check", "--quiet", *target_args(python),
-                                   *requirements], capture_output=True, text=True)
+                                   *requirements], capture_output=True, text=True, preexec_fn=_capped_files)
             if proc.returncode != 0:
                 raise FetchError(f"pip could not download the wheels for CPython {python}: {proc.stderr.strip()[-400:]}")
             for wheel in sorted(into.glob("*.whl")):  # refuse a wheel that would write outside its install dir

@@ -24,6 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .archives import ArchiveError, write_member
 from .errors import FetchError, StageError
 
 ASSEMBLY = "wheels-assembly-2"  # part of the root's name: a change of the layout below never reuses an old root
@@ -40,6 +41,10 @@ def _noop(_: str) -> None:
 
 
 # ---- pure ----------------------------------------------------------------------------------------------------------
+MAX_WHEEL_MEMBER = 4 << 30  # bytes of one unpacked wheel member
+MAX_WHEEL_UNPACKED = 16 << 30  # bytes unpacked from one wheel
+
+
 def unpack_target(name: str, root: str) -> str | None:
     """Pure: where a wheel member lands in the toolchain root (relative), or None when it is outside `root`.
     Raises ValueError for a member that would escape the root."""
@@ -79,6 +84,7 @@ def license_of(metadata: str) -> str:
 def _unpack(wheel: Path, package: str, root: str, into: Path, owners: dict[str, str]) -> dict:
     """Unpack one wheel's `root` folder into `into`, keeping exec bits; its license files under licenses/<package>/.
     Returns the wheel's entry for onebit-toolchain.json."""
+    total = [0]
     with zipfile.ZipFile(wheel) as zf:
         metadata = next((i for i in zf.infolist() if i.filename.endswith(".dist-info/METADATA")), None)
         if metadata is None:
@@ -98,16 +104,27 @@ def _unpack(wheel: Path, package: str, root: str, into: Path, owners: dict[str, 
                 licenses.append(rel)
             if rel is None:
                 continue
+            kind = (info.external_attr >> 16) & 0o170000
+            if kind not in (0, stat.S_IFREG):  # a link or special member: a wheel installs regular files only
+                raise FetchError(f"{wheel.name}: member {info.filename!r} is a link or special file; refusing to unpack it",
+                                 hint="the wheel is corrupt or not what was pinned: delete it from the download cache")
+            total[0] += info.file_size
+            if info.file_size > MAX_WHEEL_MEMBER or total[0] > MAX_WHEEL_UNPACKED:
+                raise FetchError(f"{wheel.name}: member {info.filename!r} unpacks past the bound "
+                                 f"({MAX_WHEEL_MEMBER >> 30} GiB a member, {MAX_WHEEL_UNPACKED >> 30} GiB a wheel)")
             data = zf.read(info)
             out = into / rel
-            if rel in owners and out.read_bytes() != data:
-                raise FetchError(f"{wheel.name} and {owners[rel]} both carry {rel}, with different bytes",
-                                 hint="the pinned wheels are not of one CUDA release; pin matching versions")
+            if rel in owners:
+                with open(out, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:
+                    same = fh.read() == data
+                if not same:
+                    raise FetchError(f"{wheel.name} and {owners[rel]} both carry {rel}, with different bytes",
+                                     hint="the pinned wheels are not of one CUDA release; pin matching versions")
             owners.setdefault(rel, wheel.name)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(data)
-            mode = (info.external_attr >> 16) & 0o777
-            os.chmod(out, mode | 0o644 if mode else 0o644)
+            try:
+                write_member(into, rel, data, ((info.external_attr >> 16) & 0o777) | 0o644)
+            except ArchiveError as exc:
+                raise FetchError(f"{wheel.name}: {exc.what}") from None
         return {"package": package, "license": license_of(zf.read(metadata).decode(errors="replace")),
                 "license_files": sorted(licenses)}
 
