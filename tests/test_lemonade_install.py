@@ -396,7 +396,77 @@ def test_with_pins_keeps_the_files_format(before, after):
     ('{\n  "llamacpp": "cpu"\n}\n', "'llamacpp' is not an object"),
     ("[1, 2]\n", "is not a JSON object"),
     ('{\n  "a": 1,\n  oops\n}\n', r"config.json:3: not JSON"),
+    ('{"ctx_size": 1e400}', r"holds the number 1e400 \(out of a double's range\), which JSON cannot carry"),
+    ('{"ctx_size": -1e400}', r"holds the number -1e400"),
+    ('{"a": NaN}', "holds NaN, which JSON cannot carry"),
+    ('{"a": [Infinity]}', "holds Infinity"),
+    ('{"a": "\\ud800"}', r"holds a lone surrogate \(\\ud800\)"),
+    ('{"\\udfff": 1}', r"holds a lone surrogate \(\\udfff\)"),
 ])
 def test_with_pins_refuses(text, match):
     with pytest.raises(lemonade.OnebitError, match=match):
         lemonade.with_pins(text, PIN)
+
+
+@pytest.mark.parametrize("text", ['{"ctx_size": 1e400}\n', '{"name": "\\ud800"}\n', b'{"a": "\xff"}\n'])
+def test_a_config_json_cannot_carry_is_refused_before_anything_is_swapped(tmp_path, two, capsys, text):
+    out, cpu, vulkan = two
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    conf = cache / "config.json"
+    conf.write_bytes(text if isinstance(text, bytes) else text.encode())
+    before = conf.read_bytes()
+    assert install(cpu, "--cache", cache, "--sums", sums(out, cpu, vulkan)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "nothing was changed" in err and len(err.strip().splitlines()) <= 2
+    assert conf.read_bytes() == before
+    assert sorted(p.name for p in cache.rglob("*") if not p.name.endswith(".lock")) == ["config.json"]  # nothing swapped
+
+
+def test_a_linked_config_json_is_written_through_to_its_target(tmp_path, two, capsys):
+    out, cpu, vulkan = two
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    real = tmp_path / "dotfiles" / "lemonade.json"
+    real.parent.mkdir()
+    real.write_text('{\n  "port": 8000\n}\n')
+    (cache / "config.json").symlink_to(os.path.relpath(real, cache))
+    assert install(cpu, "--cache", cache, "--sums", sums(out, cpu, vulkan)) == 0
+    assert (cache / "config.json").is_symlink()
+    assert json.loads(real.read_text()) == {"port": 8000, "llamacpp": {"cpu_bin": NEW}}
+    assert sorted(p.name for p in real.parent.iterdir() if not p.name.endswith(".lock")) == ["lemonade.json"]
+    real.unlink()  # a link to nothing: refused in one line, nothing swapped
+    assert install(vulkan, "--cache", cache, "--sums", sums(out, cpu, vulkan)) == 2
+    assert "which does not exist; nothing was changed" in capsys.readouterr().err
+    assert not (cache / "bin" / "llamacpp" / "vulkan").exists()
+
+
+def test_installs_into_two_caches_sharing_one_config_keep_both_pins(tmp_path, two):
+    """The config's own lock: while it is held, an install into another cache waits for it (say() tells), then
+    re-reads the config, so the pin of the other install is kept."""
+    import threading
+
+    from builders import lock
+
+    out, cpu, vulkan = two
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "config.json").write_text('{"llamacpp": {"cpu_bin": "builtin"}}\n')
+    waiting = threading.Event()
+    done: list = []
+
+    def second():
+        checked = lemonade.check(vulkan, sha=lemonade.sha256(vulkan))
+        done.append(lemonade.install_all([checked], tmp_path / "cache2", config=conf,
+                                         say=lambda m: waiting.set() if "waiting for" in m else None))
+
+    with lock.hold(conf / "config.json", "Lemonade config"):  # the lock beside the file: config.json.lock
+        t = threading.Thread(target=second)
+        t.start()
+        while t.is_alive() and not waiting.is_set():
+            waiting.wait(0.05)
+        assert waiting.is_set()  # the second install waits for the config, although its cache is another one
+        first = lemonade.check(cpu, sha=lemonade.sha256(cpu))
+        lemonade.record_pins(conf, {lemonade.bin_key(first.recipe, first.backend): first.tag})  # as the first install does
+    t.join()
+    assert done and json.loads((conf / "config.json").read_text()) == {"llamacpp": {"cpu_bin": NEW, "vulkan_bin": NEW}}

@@ -560,12 +560,19 @@ def with_pins(text: str | None, pins: Mapping[tuple[str, str], str], *, where: s
         newline = True
     else:
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
         except json.JSONDecodeError as exc:
             raise OnebitError(f"not JSON ({exc.msg}); nothing was changed", where=f"{where}:{exc.lineno}",
                               hint="fix or remove it: Lemonade itself would set it aside as config.json.corrupted") from None
+        except _NotJSON as exc:
+            raise OnebitError(f"holds {exc}, which JSON cannot carry; nothing was changed", where=where,
+                              hint="fix it by hand: rewriting it would lose or corrupt that value") from None
         except RecursionError:
             raise OnebitError("nested too deeply to read; nothing was changed", where=where) from None
+        bad = _lone_surrogate(doc)
+        if bad is not None:
+            raise OnebitError(f"holds a lone surrogate ({bad}), which UTF-8 cannot carry; nothing was changed", where=where,
+                              hint="fix it by hand: Lemonade reads config.json as UTF-8")
         if not isinstance(doc, dict):
             raise OnebitError("is not a JSON object; nothing was changed", where=where)
         m = re.match(r"\s*\{\s*?\n([ \t]+)\S", text)
@@ -577,23 +584,77 @@ def with_pins(text: str | None, pins: Mapping[tuple[str, str], str], *, where: s
             raise OnebitError(f"{section!r} is not an object; nothing was changed", where=where)
         block[key] = tag
     separators = None if indent is not None or ": " in (text or ": ") else (",", ":")
-    return json.dumps(doc, indent=indent, ensure_ascii=False, separators=separators) + ("\n" if newline else "")
+    return json.dumps(doc, indent=indent, ensure_ascii=False, separators=separators, allow_nan=False) + ("\n" if newline else "")
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constant(name: str):
+    raise _NotJSON(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise _NotJSON(f"the number {text[:40]} (out of a double's range)")
+    return value
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first string (or key) of a JSON value that holds a lone surrogate, escaped; None when there is none."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, dict):
+            todo += list(v.keys()) + list(v.values())
+        elif isinstance(v, list):
+            todo += v
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return ascii(v[exc.start:exc.end])[1:-1]
+    return None
+
+
+def config_file(config: Path) -> Path:
+    """The file to write: `<config>/config.json`, or where it links to (written through, beside its target, so the
+    link stays a link); a link that leads nowhere, or to something that is not a file, is refused in one line."""
+    path = Path(config) / "config.json"
+    if not path.is_symlink():
+        return path
+    target = Path(os.path.realpath(path))
+    if not target.exists():
+        raise OnebitError(f"is a link to {os.readlink(path)}, which does not exist; nothing was changed", where=str(path),
+                          hint="create the file it names, or replace the link by a file")
+    if not target.is_file():
+        raise OnebitError(f"is a link to {target}, which is not a file; nothing was changed", where=str(path))
+    return target
 
 
 def _read_config(config: Path, pins: Mapping[tuple[str, str], str]) -> tuple[Path, str]:
-    path = Path(config) / "config.json"
+    path = config_file(config)
     try:
-        text = path.read_text(encoding="utf-8") if path.exists() else None
+        text = path.read_bytes().decode("utf-8") if path.exists() else None
     except UnicodeDecodeError:
         raise OnebitError("not UTF-8 text; nothing was changed", where=str(path)) from None
     return path, with_pins(text, pins, where=str(path))
 
 
 def record_pins(config: Path, pins: Mapping[tuple[str, str], str]) -> Path:
-    """Set Lemonade's `<backend>_bin` settings in `<config>/config.json`, written aside and renamed into place."""
+    """Set Lemonade's `<backend>_bin` settings in `<config>/config.json` (or the file it links to), written beside it
+    and renamed into place. The caller holds the config's lock (config_lock)."""
     path, text = _read_config(config, pins)
     swap.write_text_atomic(path, text)
     return path
+
+
+def config_lock(config: Path) -> Path:
+    """The directory whose lock covers config.json: the folder of the file really written (two caches sharing one
+    config, or one config reached through a link, take the same lock)."""
+    return config_file(config).parent.resolve() / "config.json"
 
 
 # ------------------------------------------------------------------------------------------------------- install
@@ -611,7 +672,8 @@ def install_all(checked: Sequence[Checked], cache: Path, *, config: Path | None 
         raise OnebitError(f"two archives install into {dup}; nothing was installed", hint="install one of them")
     pins = {bin_key(c.recipe, c.backend): c.tag for c in checked if bin_key(c.recipe, c.backend)}
     pin = pin and bool(pins) and config is not None
-    with lock.hold(cache / "bin", "Lemonade cache", say=say):
+    held = [(cache / "bin", "Lemonade cache")] + ([(config_lock(config), "Lemonade config")] if pin else [])
+    with lock.hold_all(held, say=say):
         if pin:
             _read_config(config, pins)  # a config we cannot update is refused before anything is swapped
         asides: list[Path] = []
