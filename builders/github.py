@@ -10,10 +10,12 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import http
 
 GITHUB_API = "https://api.github.com"
+UPLOADS = "uploads.github.com"
 JOB_URL = re.compile(r"/actions/runs/\d+/job(?:s)?/(\d+)")
 
 
@@ -28,7 +30,13 @@ class GitHub(http.Client):
                  **kw: Any) -> GitHub:
         env = os.environ if env is None else env
         token = next((env[v] for v in token_vars if env.get(v)), None)
-        return cls(env.get("ONEBIT_GITHUB_API") or GITHUB_API, token, **kw)
+        return cls(env.get("ONEBIT_GITHUB_API") or env.get("GITHUB_API_URL") or GITHUB_API, token, **kw)
+
+    def token_hosts(self) -> set[str]:
+        """The API's host and GitHub's upload host: uploads.github.com for the public API; a GitHub Enterprise
+        Server serves uploads (/api/uploads) on its API's own host."""
+        host = urlsplit(self.base).netloc.lower()
+        return {host, UPLOADS} if host == urlsplit(GITHUB_API).netloc else {host}
 
     def headers(self) -> dict[str, str]:
         return {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28", **super().headers()}

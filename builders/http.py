@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 import urllib3
@@ -148,8 +149,16 @@ def next_link(resp: requests.Response) -> str | None:
     return (resp.links.get("next") or {}).get("url")
 
 
+MAX_PAGES = 200  # pages of one listing followed at most (20,000 items at GitHub's 100 a page)
+MAX_ITEMS = 20_000  # items of one listing
+
+
 class Client:
-    """JSON over the shared session at one base URL, with a bearer token. Failures are `HTTPError`s naming the URL."""
+    """JSON over the shared session at one base URL, with a bearer token. Failures are `HTTPError`s naming the URL.
+
+    The token goes only to `token_hosts()` (the base URL's host; GitHub adds its upload host): a URL an answer hands
+    us (an upload URL, a next page) on another host gets no token, or is refused. A listing stops with a clear error
+    past MAX_PAGES pages or MAX_ITEMS items, or when a page links back to one already read."""
 
     service = "HTTP"
 
@@ -165,6 +174,13 @@ class Client:
     def url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else f"{self.base}{path}"
 
+    def token_hosts(self) -> set[str]:
+        """Where the token may go: host[:port] of the base URL."""
+        return {urlsplit(self.base).netloc.lower()}
+
+    def may_send_token(self, url: str) -> bool:
+        return urlsplit(url).netloc.lower() in self.token_hosts()
+
     def redact(self, text: str) -> str:
         return text.replace(self.token, "***") if self.token and len(self.token) >= 4 else text
 
@@ -174,8 +190,11 @@ class Client:
         """One request; an answer >= 400 raises `HTTPError` (a 404 gives None with `ok404`)."""
         url = self.url(path)
         try:
+            sent = {**self.headers(), **(headers or {})}
+            if not self.may_send_token(url):  # an URL on a host the token is not for: sent without it
+                sent = {k: v for k, v in sent.items() if k.lower() != "authorization"}
             resp = self.session.request(method, url, params=params, json=json, data=data, stream=stream, timeout=timeout,
-                                        headers={**self.headers(), **(headers or {})})
+                                        headers=sent)
         except requests.RequestException as exc:
             raise HTTPError(f"cannot reach the {self.service} API: {type(exc).__name__}", where=f"{method} {url}",
                             hint="check the network (and the base URL setting), then run the same command again") from None
@@ -222,7 +241,18 @@ class Client:
         url: str | None = self.url(path)
         query = dict(params or {})
         query.setdefault("per_page", 100)
+        seen: set[str] = set()
+        count = 0
         while url:
+            if len(seen) >= MAX_PAGES:
+                raise HTTPError(f"the {self.service} API kept paginating: more than {MAX_PAGES} pages; stopped",
+                                where=f"GET {self.url(path)}", hint="nothing after the stop was read; report it if it is real")
+            if urlsplit(url).netloc.lower() != urlsplit(self.base).netloc.lower():
+                raise HTTPError(f"the {self.service} API's next page is on another host ({urlsplit(url).netloc}); not followed",
+                                where=f"GET {self.url(path)}")
+            if url in seen:
+                raise HTTPError(f"the {self.service} API's pages link back to a page already read; stopped", where=f"GET {url}")
+            seen.add(url)
             resp = self.request("GET", url, params=query)
             try:
                 page = resp.json()
@@ -232,6 +262,10 @@ class Client:
             if not isinstance(items, list):
                 raise HTTPError(f"malformed reply from the {self.service} API: expected a list"
                                 + (f" under {key!r}" if key else ""), where=f"GET {resp.url}")
+            count += len(items)
+            if count > MAX_ITEMS:
+                raise HTTPError(f"the {self.service} API listed more than {MAX_ITEMS} items; stopped",
+                                where=f"GET {self.url(path)}")
             yield from items
             url, query = next_link(resp), None
 

@@ -258,3 +258,111 @@ def test_two_releases_with_one_tag_are_named(fake, files):
     fake.add_release("v2026.48", draft=True)
     with pytest.raises(PublishError, match="2 releases of .* carry the tag v2026.48"):
         publish(client(fake), "v2026.48", files, title="t", notes="n")
+
+
+# --------------------------------------------------------------------------------------------- where the token goes
+
+
+class _Server:
+    """A bare HTTP server on 127.0.0.1 that records (path, Authorization) and answers `answer(path)` ->
+    (status, json body, headers)."""
+
+    def __init__(self, answer):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen = self.seen = []
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def handle_any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                if n:
+                    self.rfile.read(n)
+                seen.append((self.path, self.headers.get("Authorization")))
+                status, body, headers = answer(self.path)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = handle_any
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_token_never_goes_to_an_upload_url_on_another_host(fake, files):
+    evil = _Server(lambda path: (201, {"id": 1, "name": "x", "state": "uploaded"}, {}))
+    try:
+        rel = fake.add_release("v2026.48", draft=True, target=BUILT)
+        rel["upload_url"] = f"{evil.url}/repos/{REPO}/releases/{rel['id']}/assets{{?name,label}}"
+        with pytest.raises(PublishError, match="upload_url is on 127.0.0.1:[0-9]+, neither the API's host nor GitHub's upload host"):
+            publish(client(fake), "v2026.48", files, title="t", notes="n", target=BUILT, attempts=1)
+        assert evil.seen == []
+    finally:
+        evil.close()
+
+
+def test_a_next_page_on_another_host_is_not_followed(tmp_path):
+    evil = _Server(lambda path: (200, [], {}))
+    api = _Server(lambda path: (200, [{"tag_name": "v2026.1", "id": 1}], {"Link": f'<{evil.url}/page2>; rel="next"'}))
+    try:
+        with pytest.raises(http.HTTPError, match="next page is on another host"):
+            GitHubReleases(REPO, client=GitHub(api.url, TOKEN)).tags()
+        assert evil.seen == [] and api.seen[0][1] == f"Bearer {TOKEN}"
+    finally:
+        evil.close()
+        api.close()
+
+
+def test_endless_pagination_stops_with_a_clear_error(monkeypatch):
+    monkeypatch.setattr(http, "MAX_PAGES", 5)
+    api = _Server(lambda path: (200, [{"tag_name": "v", "id": 1}],
+                                {"Link": f'<{api.url}/repos/{REPO}/releases?page={int(path.rsplit("=", 1)[-1] or 0) + 1 if "page=" in path else 2}>; rel="next"'}))
+    try:
+        with pytest.raises(http.HTTPError, match="more than 5 pages; stopped"):
+            GitHubReleases(REPO, client=GitHub(api.url, TOKEN)).tags()
+        assert len(api.seen) == 5
+    finally:
+        api.close()
+    loop = _Server(lambda path: (200, [{"tag_name": "v", "id": 1}], {"Link": f'<{loop.url}/repos/{REPO}/releases>; rel="next"'}))
+    try:
+        with pytest.raises(http.HTTPError, match="link back to a page already read"):
+            GitHubReleases(REPO, client=GitHub(loop.url, TOKEN)).tags()
+    finally:
+        loop.close()
+    monkeypatch.setattr(http, "MAX_ITEMS", 3)
+    many = _Server(lambda path: (200, [{"tag_name": "v", "id": i} for i in range(4)], {}))
+    try:
+        with pytest.raises(http.HTTPError, match="more than 3 items; stopped"):
+            GitHubReleases(REPO, client=GitHub(many.url, TOKEN)).tags()
+    finally:
+        many.close()
+
+
+@pytest.mark.parametrize("base, url, sent", [
+    ("https://api.github.com", "https://api.github.com/repos/o/r/releases", True),
+    ("https://api.github.com", "https://uploads.github.com/repos/o/r/releases/1/assets", True),
+    ("https://api.github.com", "https://evil.example/upload", False),
+    ("https://api.github.com", "https://api.github.com.evil.example/x", False),
+    ("https://ghe.example/api/v3", "https://ghe.example/api/uploads/repos/o/r/releases/1/assets", True),
+    ("https://ghe.example/api/v3", "https://uploads.github.com/repos/o/r", False),
+])
+def test_token_hosts(base, url, sent):
+    assert GitHub(base, TOKEN).may_send_token(url) is sent
+
+
+def test_the_api_host_comes_from_github_api_url():
+    assert GitHub.from_env({"GITHUB_API_URL": "https://ghe.example/api/v3", "GITHUB_TOKEN": "x"}).base == "https://ghe.example/api/v3"

@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .. import http
 from ..config import file_sha256 as _sha256
@@ -96,7 +97,11 @@ class GitHubReleases:
         return sink.h.hexdigest()
 
     def upload(self, release: dict, path: Path) -> dict:
-        url = release["upload_url"].split("{", 1)[0]
+        url = str(release.get("upload_url") or "").split("{", 1)[0]
+        if not self.gh.may_send_token(url):
+            raise PublishError(f"the release's upload_url is on {urlsplit(url).netloc or 'no host'}, neither the API's "
+                               f"host nor GitHub's upload host; the token is not sent there",
+                               where=f"release {release.get('id')}", hint="check ONEBIT_GITHUB_API / GITHUB_API_URL")
         with open(path, "rb") as f:
             return self.gh.json("POST", url, params={"name": path.name}, data=f, timeout=(15, 600),
                                 headers={"Content-Type": "application/octet-stream",
