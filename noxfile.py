@@ -36,6 +36,9 @@ DEBIAN_PACKAGES = {
 }
 
 
+APT_GET, DPKG_QUERY = "/usr/bin/apt-get", "/usr/bin/dpkg-query"  # by path: never one planted first on PATH (root runs them)
+
+
 def _cargo_works() -> bool:
     exe = shutil.which("cargo")
     return exe is not None and subprocess.run([exe, "--version"], capture_output=True).returncode == 0
@@ -45,29 +48,29 @@ def missing_debian_packages() -> list[str]:
     """The Debian packages above that are not installed, plus Debian's cargo when no working cargo is on PATH (the
     crates vendoring test needs one; a rustup proxy without a default toolchain does not count)."""
     missing = [p for p in DEBIAN_PACKAGES
-               if "install ok installed" not in subprocess.run(["dpkg-query", "-W", "-f=${Status}", p],
+               if "install ok installed" not in subprocess.run([DPKG_QUERY, "-W", "-f=${Status}", p],
                                                                 capture_output=True, text=True).stdout]
     if not _cargo_works() and "install ok installed" not in subprocess.run(
-            ["dpkg-query", "-W", "-f=${Status}", "cargo"], capture_output=True, text=True).stdout:
+            [DPKG_QUERY, "-W", "-f=${Status}", "cargo"], capture_output=True, text=True).stdout:
         missing.append("cargo")
     return missing
 
 
 def host_packages(session: nox.Session) -> None:
     """Install (as root) or name what the tests need from the host, before any test runs."""
-    if shutil.which("dpkg-query") is None:
+    if not os.access(DPKG_QUERY, os.X_OK):
         session.warn("not a Debian host: the tests need git, a C++ compiler, make, ccache, unshare, pkg-config, the "
                      "Vulkan loader, Mesa's lavapipe and cargo; their absence fails the tests")
         return
     missing = missing_debian_packages()
     if not missing:
         return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+    if os.geteuid() != 0 or not os.access(APT_GET, os.X_OK):
         session.error(f"the tests need these Debian packages: sudo apt-get install -y {' '.join(missing)}")
     session.log(f"installing the Debian packages the tests need: {' '.join(missing)}")
     env = {"DEBIAN_FRONTEND": "noninteractive"}
-    session.run("apt-get", "update", "-q", external=True, env=env)
-    session.run("apt-get", "install", "-y", "-q", "--no-install-recommends", *missing, external=True, env=env)
+    session.run(APT_GET, "update", "-q", external=True, env=env)
+    session.run(APT_GET, "install", "-y", "-q", "--no-install-recommends", *missing, external=True, env=env)
 
 
 def _build(session: nox.Session, bundle: str) -> None:

@@ -37,6 +37,14 @@ class _Parser(argparse.ArgumentParser):
         raise ServeError(f"{message} (see {self.prog} -h)")
 
 
+class _PlainText(argparse.HelpFormatter):
+    """The description is shown as it is: argparse would %-format it, and it may carry a manifest's path or text."""
+
+    def _format_text(self, text: str) -> str:
+        width = max(self._width - self._current_indent, 11)
+        return self._fill_text(text, width, " " * self._current_indent) + "\n\n"
+
+
 def _serve_parser(caps: Capabilities | None = None, manifest_note: str = "") -> argparse.ArgumentParser:
     """`1bit serve`'s options. With the installed bundle's capabilities, --help shows only what that bundle can do
     (the options stay accepted: route refuses what the bundle cannot serve, in one line naming what to install);
@@ -51,7 +59,7 @@ def _serve_parser(caps: Capabilities | None = None, manifest_note: str = "") -> 
     if caps is None:
         description += f" {manifest_note or 'No bundle manifest found'}: every option is listed, whether or not a " \
                        "bundle here can serve it."
-    ap = _Parser(prog="1bit serve", allow_abbrev=False, description=description)
+    ap = _Parser(prog="1bit serve", allow_abbrev=False, description=description, formatter_class=_PlainText)
     llama = caps is None or caps.llama_server
     ap.add_argument("-m", "--model", required=True, help="model file (GGUF or 1BP package)")
     ap.add_argument("--device", default="auto", type=_device, metavar="{" + ",".join(devices) + "}",

@@ -393,6 +393,20 @@ def test_help_without_a_manifest_lists_everything_and_says_so(tmp_path):
     assert "npu" in out
 
 
+@pytest.mark.parametrize("name, text, shown", [("%(prog)s %d", None, "%(prog)s %d/manifest.json"),
+                                               ("m", '["%(prog)s %d"]', "['%(prog)s %d'] is not of type 'object'"),
+                                               ("100%", '{"x": 1', "100%/manifest.json:1")])
+def test_help_never_percent_formats_foreign_text(tmp_path, name, text, shown):
+    """The manifest's path and text reach --help's description: shown as they are, never %-formatted."""
+    d = tmp_path / name
+    d.mkdir()
+    manifest = d / "manifest.json"
+    if text is not None:
+        manifest.write_text(text)
+    out = " ".join(_help(manifest, tmp_path).split())
+    assert "every option is listed" in out and shown in out
+
+
 def test_hidden_options_are_still_refused_by_route_not_passed_through(bundle, models, tmp_path):
     """An option --help hides on this bundle is still parsed (never handed to llama-server as an unknown one):
     route refuses it in one line."""
