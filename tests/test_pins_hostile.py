@@ -144,3 +144,49 @@ def test_a_hostile_commit_reaches_no_token_no_file_and_no_hook(tmp_path):
         assert not (proj.root / ".git" / "hooks" / "pre-push").exists() and not (tmp_path / "hook-ran").exists()
     finally:
         api.close()
+
+
+def _run(proj: Project, api: FakeAPI, *argv: str, token: str | None = TOKEN):
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "PYTHONPATH": str(ROOT),
+           "ONEBIT_GITHUB_API": api.url, "ONEBIT_HF_ENDPOINT": api.url, **({"ONEBIT_BOT_TOKEN": token} if token else {})}
+    return subprocess.run([sys.executable, "-m", "builders.pins", "--root", str(proj.root), "bump", *argv],
+                          cwd=proj.root, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_workflow_split_evaluate_without_token_then_deliver_from_the_report(tmp_path):
+    """The two jobs of bump-pins.yml: `bump --report DIR` with no token, then `bump --from-report DIR --open-pr`
+    (which fetches and runs nothing of upstream's); a report tampered with is refused in one line, nothing pushed."""
+    api = FakeAPI()
+    try:
+        up = Upstream(tmp_path / "antirez" / "dsx")
+        old = up.commit("old", {"Makefile": MAKEFILE_OLD, "main.c": "int main(void) { return 0; }\n"})
+        proj = Project(tmp_path, f"""
+        dsx:
+          url: {up.url}
+          policy: branch
+          branch: main
+          commit: {old}
+          cadence: daily
+          license: MIT
+          mirrors: []
+        """, recipes={"dsx": RECIPE})
+        new = up.commit("upstream adds -fno-plt", {"Makefile": MAKEFILE_OLD.replace("-O2 -c", "-O2 -fno-plt -c")})
+        out = tmp_path / "artifact"
+        ev = _run(proj, api, "--report", str(out), token=None)
+        assert ev.returncode == 0, ev.stderr
+        assert {"report.json", "drift-results.json"} <= {p.name for p in out.iterdir()} and not api.state.opened()
+        good = (out / "report.json").read_text()
+        tampered = good.replace('"path": ["pins", "dsx", "commit"]', '"path": ["pins", "other", "commit"]')
+        assert tampered != good
+        (out / "report.json").write_text(tampered)
+        bad = _run(proj, api, "--from-report", str(out), "--open-pr")
+        assert bad.returncode == 2 and "outside the pins this outcome moves" in bad.stderr and "Traceback" not in bad.stderr
+        assert not api.state.opened()
+        (out / "report.json").write_text(good)
+        up.path.rename(tmp_path / "upstream-gone")  # the delivering part never needs the upstream
+        done = _run(proj, api, "--from-report", str(out), "--open-pr")
+        assert done.returncode == 0, done.stderr
+        [pr] = api.state.opened()
+        assert pr["head"]["ref"] == f"bump/dsx-{new[:12]}" and "`-fno-plt`" in pr["body"]
+    finally:
+        api.close()

@@ -37,16 +37,41 @@ def test_bump_workflow_schedules_each_cadence_and_guards_the_token():
     crons = [c["cron"] for c in data["on"]["schedule"]]
     assert len(crons) == 2 and "workflow_dispatch" in data["on"]
     assert data["concurrency"]["group"] == "bump-pins"
-    all_steps = steps(data)
-    pick = next(s for s in all_steps if s.get("id") == "pick")["run"]
+    ev = data["jobs"]["evaluate"]["steps"]
+    pick = next(s for s in ev if s.get("id") == "pick")["run"]
     assert all(f'"{c}")' in pick for c in crons), "the cadence step must know every cron entry"
     assert 'cadence=daily' in pick and 'cadence=weekly' in pick
-    guard = all_steps[0]
+    guard = data["jobs"]["open-prs"]["steps"][0]
     assert "ONEBIT_BOT_TOKEN" in guard["env"] and "exit 1" in guard["run"] and "::error" in guard["run"]
-    bump = next(s for s in all_steps if "pins bump" in s.get("run", ""))
-    assert "1bit-build pins bump" in bump["run"] and "--open-pr" in bump["run"] and "ONEBIT_BOT_TOKEN" in bump["env"]
-    checkout = next(s for s in all_steps if "checkout" in s.get("uses", ""))
-    assert "ONEBIT_BOT_TOKEN" in checkout["with"]["token"]
+
+
+def test_bump_workflow_is_split_like_dependabot():
+    """The job that fetches and evaluates upstream content has no permission and no secret and hands over only its
+    report; the job with the token downloads that report, checks out only this repository, and runs no evaluation."""
+    text = (WORKFLOWS / "bump-pins.yml").read_text()
+    data = load("bump-pins.yml")
+    assert data["permissions"] == {} and set(data["jobs"]) == {"evaluate", "open-prs"}
+    ev, pr = data["jobs"]["evaluate"], data["jobs"]["open-prs"]
+    assert ev["permissions"] == {} and "secrets." not in yaml.safe_dump(ev) and "github.token" not in yaml.safe_dump(ev)
+    run = next(s for s in ev["steps"] if "pins bump" in s.get("run", ""))["run"]
+    assert "--report" in run and "--open-pr" not in run and "--from-report" not in run
+    upload = next(s for s in ev["steps"] if "upload-artifact" in s.get("uses", ""))
+    assert upload["with"]["name"] == "pins-report"
+    checkout = next(s for s in ev["steps"] if "checkout" in s.get("uses", ""))
+    assert checkout["with"]["persist-credentials"] is False and "token" not in checkout["with"]
+    assert pr["needs"] == "evaluate" and pr["permissions"] == {"contents": "read"}
+    uses = [s.get("uses", "").split("@")[0] for s in pr["steps"]]
+    assert "actions/download-artifact" in uses and "actions/upload-artifact" not in uses
+    download = next(s for s in pr["steps"] if "download-artifact" in s.get("uses", ""))
+    assert download["with"]["name"] == "pins-report"
+    runs = [s["run"] for s in pr["steps"] if "run" in s]
+    bump = next(r for r in runs if "pins bump" in r)
+    assert "--from-report" in bump and "--report " not in bump.replace("--from-report", "")
+    assert not any(w in r for r in runs for w in ("make", "git clone", "git fetch", "--cadence"))
+    token_steps = [s for s in pr["steps"] if "ONEBIT_BOT_TOKEN" in yaml.safe_dump(s)]
+    assert all("pins bump --from-report" in s.get("run", "") or s is pr["steps"][0] or "checkout" in s.get("uses", "")
+               for s in token_steps)
+    assert text.count("secrets.ONEBIT_BOT_TOKEN") == 3  # the guard, this repository's checkout, the PR step
 
 
 def test_check_workflow_runs_the_guard_on_pull_requests():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ class Options:
     remote: str = "origin"
     repo: str | None = None  # owner/name of this repository on GitHub
     base_branch: str | None = None
+    report: Path | None = None  # evaluate only, into this directory (the workflow's job without a token)
+    from_report: Path | None = None  # deliver what `report` wrote (the workflow's job with the token)
 
 
 @dataclass
@@ -424,7 +427,8 @@ def evaluate(ctx: Context, opts: Options, names: Sequence[str], work: Path) -> d
             out = Outcome(name, "error", str(exc))
         outcomes.append({"pin": out.pin, "state": out.state, "detail": out.detail, "fork": out.fork, "drift": out.drift,
                          "proposal": report.dump_proposal(out.proposal) if out.proposal else None})
-    return {"version": report.VERSION, "outcomes": outcomes, "requests": requests}
+    return {"version": report.VERSION, "outcomes": outcomes, "requests": requests,
+            "pins_sha256": hashlib.sha256(ctx.text.encode()).hexdigest()}
 
 
 STATES = ("current", "planned", "refused", "conflict", "error")
@@ -432,9 +436,13 @@ STATES = ("current", "planned", "refused", "conflict", "error")
 
 def _outcomes(ctx: Context, data, work: Path, drift: list[list[flags.VariantReport]]) -> list[Outcome]:
     """The evaluation report read back strictly, the build-flag reports joined to their proposals."""
-    top = report._obj(data, "report", {"version", "outcomes", "requests"}, {"version", "outcomes", "requests"})
+    top = report._obj(data, "report", {"version", "outcomes", "requests", "pins_sha256"},
+                      {"version", "outcomes", "requests", "pins_sha256"})
     if top["version"] != report.VERSION:
         raise report.ReportError(f"the evaluation report has version {top['version']!r}, not {report.VERSION}")
+    if top["pins_sha256"] != hashlib.sha256(ctx.text.encode()).hexdigest():
+        raise report.ReportError("the evaluation report was made from another pins.yaml than this checkout's",
+                                 hint="evaluate and deliver at the same commit; nothing was pushed or opened")
     out = []
     for i, o in enumerate(report._list(top["outcomes"], "outcomes")):
         w = f"outcomes[{i}]"
@@ -459,6 +467,33 @@ def _outcomes(ctx: Context, data, work: Path, drift: list[list[flags.VariantRepo
                                        held=tuple(flags.hold_reasons(reps)))
         out.append(Outcome(pin, o["state"], report._str(o["detail"], w) or "", prop, fork=fork))
     return out
+
+
+DRIFT = "drift-results.json"
+
+
+def evaluate_isolated(ctx: Context, opts: Options, selected: Sequence[str], work: Path) -> tuple[dict, list]:
+    """Both isolated parts (builders/pins/isolate.py) into `work`: report.json (the evaluation) and drift-results.json
+    (the build-flag check), as plain data."""
+    work.mkdir(parents=True, exist_ok=True)
+    data = isolate.run_evaluation(ctx.root, ctx.pins, selected, work, allow_rollback=opts.allow_rollback,
+                                  reason=opts.reason, log=ctx.log)
+    requests = data.get("requests") if isinstance(data, dict) else None
+    drift = isolate.run_drift(ctx.root, work, report._list(requests, "requests")) if requests else []
+    write_atomic(work / DRIFT, report.dumps([[report.dump_variant(r) for r in reps] for reps in drift]))
+    return data, drift
+
+
+def read_evaluation(work: Path) -> tuple[dict, list]:
+    """What evaluate_isolated left in `work` (a downloaded artifact), read back strictly."""
+    try:
+        data = report.loads((work / isolate.REPORT).read_text(encoding="utf-8"), str(work / isolate.REPORT))
+        raw = report.loads((work / DRIFT).read_text(encoding="utf-8"), str(work / DRIFT))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise report.ReportError(f"cannot read the evaluation in {work}: {exc}") from None
+    drift = [[report.load_variant(v, f"drift[{i}][{j}]") for j, v in enumerate(report._list(reps, f"drift[{i}]"))]
+             for i, reps in enumerate(report._list(raw, "drift"))]
+    return data, drift
 
 
 def bump(ctx: Context, opts: Options) -> list[Outcome]:
@@ -491,12 +526,16 @@ def bump(ctx: Context, opts: Options) -> list[Outcome]:
         return None
 
     with tempfile.TemporaryDirectory(prefix="onebit-pins-eval-") as tmp:
-        work = Path(tmp)
-        data = isolate.run_evaluation(ctx.root, ctx.pins, selected, work, allow_rollback=opts.allow_rollback,
-                                      reason=opts.reason, log=ctx.log)
-        requests = data.get("requests") if isinstance(data, dict) else None
-        drift = isolate.run_drift(ctx.root, work, report._list(requests, "requests")) if requests else []
+        if opts.from_report:
+            work = Path(opts.from_report)
+            data, drift = read_evaluation(work)
+        else:
+            work = Path(opts.report) if opts.report else Path(tmp)
+            data, drift = evaluate_isolated(ctx, opts, selected, work)
         outcomes = _outcomes(ctx, data, work, drift)
+        if opts.report:
+            return [Outcome(o.pin, "evaluated" if o.state == "planned" else o.state,
+                            o.detail or (o.proposal.title if o.proposal else ""), o.proposal) for o in outcomes]
         for k, out in enumerate(outcomes):
             if out.state != "planned":
                 continue

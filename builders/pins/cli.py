@@ -43,6 +43,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     bp.add_argument("--repo", default=None, help="OWNER/NAME of this repository on GitHub (default: $GITHUB_REPOSITORY or the remote)")
     bp.add_argument("--base-branch", default=None, help="branch the PR targets (default: $GITHUB_REF_NAME or the current branch)")
     bp.add_argument("--show-body", action="store_true", help="print each proposal's PR body")
+    bp.add_argument("--report", metavar="DIR", type=Path, default=None,
+                    help="only evaluate (sandboxed, no token needed) and leave the plain-data report in DIR")
+    bp.add_argument("--from-report", metavar="DIR", type=Path, default=None,
+                    help="push and open PRs from a report --report made (never fetches or runs upstream content)")
     bp.set_defaults(func=cmd_bump)
 
     # the bot's isolated parts (builders/pins/isolate.py): started by `bump`, never by hand
@@ -107,7 +111,9 @@ def cmd_bump(args) -> int:
     ctx = bumpmod.make_context(_root(args), log=lambda m: console.print(f"[dim]{redact(m)}[/]"))
     opts = bumpmod.Options(names=args.names, cadence=args.cadence, open_pr=args.open_pr, dry_run=args.dry_run,
                            allow_rollback=args.allow_rollback, reason=args.reason, remote=args.remote, repo=args.repo,
-                           base_branch=args.base_branch)
+                           base_branch=args.base_branch, report=args.report, from_report=args.from_report)
+    if args.report and (args.from_report or args.open_pr):
+        raise OnebitError("--report only evaluates: it takes neither --from-report nor --open-pr")
     outcomes = bumpmod.bump(ctx, opts)
     table = Table(title="pins bump" + (" (dry run)" if args.dry_run else ""))
     for col in ("pin", "outcome", "detail"):
