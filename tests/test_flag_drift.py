@@ -637,3 +637,17 @@ def test_the_bot_proposes_a_matching_bump_with_its_report(tmp_path, api):
     assert "**Held**" not in pr["body"]
     assert "| upstream | `-fno-plt` | Makefile:7 | new in upstream's compile lines at" in pr["body"]
     assert "| override | `-march=native` | Makefile:2 | replaced by the recipe's ARCH_FLAG=-march=x86-64-v3 |" in pr["body"]
+
+
+def test_held_cmake_and_zig_files_are_parsed_never_executed(tmp_path):
+    marker = tmp_path / "ran"
+    cm = (f'cmake_minimum_required(VERSION 3.16)\nproject(demo C)\nexecute_process(COMMAND touch {marker})\n'
+          f'file(WRITE {marker} "x")\noption(DEMO_FAST "fast" ON)\n')
+    up, proj, old = setup(tmp_path, "demo", cmake_recipe("demo", {"DEMO_FAST": "ON"}), {"CMakeLists.txt": cm})
+    new = up.commit("more", {"CMakeLists.txt": cm + f"execute_process(COMMAND sh -c \"touch {marker}2\")\n"})
+    [rep] = drift(proj, "demo", up, old, new)
+    assert not rep.held and not marker.exists() and not (tmp_path / "ran2").exists()
+    zup, zproj, zold = setup(tmp_path / "z", "zinc", ZIG_RECIPE, {"build.zig": BUILD_ZIG})
+    znew = zup.commit("hostile", {"build.zig": BUILD_ZIG + f'\n// @cImport touch {marker}\nconst x = @embedFile("/etc/passwd");\n'})
+    drift(zproj, "zinc", zup, zold, znew)
+    assert not marker.exists()

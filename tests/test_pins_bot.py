@@ -524,3 +524,23 @@ def test_the_1bit_build_cli_carries_the_pins_command(tmp_path, api, capsys):
     assert "behind" in capsys.readouterr().out
     assert cli.main(["--root", str(proj.root), "pins", "bump", "zinc"]) == 0
     assert f"commit: {new}" in proj.text()
+
+
+def test_held_patch_drift_through_an_upstream_symlink_writes_nothing_outside(tmp_path, api):
+    """Upstream makes the patched file a link to a file outside its tree: git apply refuses it (the report says the
+    patch fails), and the file outside is untouched."""
+    import os
+
+    up, proj, old, new = release_project(tmp_path, api)
+    victim = tmp_path / "victim.c"
+    victim.write_text("line one\nline two\nline three\n")
+    (up.path / "src.c").unlink()
+    os.symlink(str(victim), up.path / "src.c")
+    git(up.path, "add", "src.c")
+    git(up.path, "commit", "-qm", "link")
+    up.tag("b102")
+    api.release("ggml-org/llama.cpp", "b102", "links")
+    assert run(proj, "bump", "--open-pr") == 0
+    [pr] = api.state.opened()
+    assert "| 0001-fix.patch | fails |" in pr["body"]
+    assert victim.read_text() == "line one\nline two\nline three\n"

@@ -366,3 +366,27 @@ def test_token_hosts(base, url, sent):
 
 def test_the_api_host_comes_from_github_api_url():
     assert GitHub.from_env({"GITHUB_API_URL": "https://ghe.example/api/v3", "GITHUB_TOKEN": "x"}).base == "https://ghe.example/api/v3"
+
+
+def test_held_a_redirect_to_another_host_drops_the_token():
+    other = _Server(lambda path: (200, {"ok": True}, {}))
+    api = _Server(lambda path: (302, {}, {"Location": f"{other.url}/elsewhere"}))
+    try:
+        assert GitHub(api.url, TOKEN).json("GET", "/repos/o/r/releases/assets/1") == {"ok": True}
+        assert api.seen[0][1] == f"Bearer {TOKEN}" and other.seen == [("/elsewhere", None)]
+    finally:
+        other.close()
+        api.close()
+
+
+def test_held_a_201_with_a_wrong_digest_is_deleted(fake, files, monkeypatch):
+    real = GitHubReleases.upload
+
+    def damaged(self, release, path):
+        got = real(self, release, path)
+        return {**got, "digest": "sha256:" + "0" * 64} if path.name == "b.conda" else got
+
+    monkeypatch.setattr(GitHubReleases, "upload", damaged)
+    with pytest.raises(PublishError, match="GitHub holds other bytes for b.conda"):
+        publish(client(fake), "v2026.48", files, title="t", notes="n", target=BUILT, attempts=1)
+    assert "b.conda" not in uploaded(fake)
