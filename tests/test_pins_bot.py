@@ -544,3 +544,16 @@ def test_held_patch_drift_through_an_upstream_symlink_writes_nothing_outside(tmp
     [pr] = api.state.opened()
     assert "| 0001-fix.patch | fails |" in pr["body"]
     assert victim.read_text() == "line one\nline two\nline three\n"
+
+
+def test_a_failing_pin_fails_the_delivering_half_not_the_evaluating_one(tmp_path, api, capsys, monkeypatch):
+    """The workflow's evaluate job succeeds with a conflict in its report (so the PR job still runs for the other
+    pins); the PR job states the conflict and fails."""
+    up, fork, proj, old_up, new_up, tip = fork_project(tmp_path, "fork-rebase", conflict=True)
+    monkeypatch.delenv("ONEBIT_BOT_TOKEN")
+    assert run(proj, "bump", "--report", str(tmp_path / "report")) == 0
+    assert "rebase of rocmfpx onto the new upstream stopped on a conflict" in capsys.readouterr().err
+    monkeypatch.setenv("ONEBIT_BOT_TOKEN", TOKEN)
+    assert run(proj, "bump", "--from-report", str(tmp_path / "report"), "--open-pr") == 1
+    assert "conflict" in capsys.readouterr().err and not api.state.pulls
+    assert fork.ref("refs/heads/1bit/vulkan-rocmi4") == tip
