@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from builders.pins import flagdrift, flags
+from builders.pins import flagdrift, flags, isolate
 from builders.pins.__main__ import main
 from builders.pins.flags import CompileLine, Decl, MakeRun, MakeSide, Row
 from builders.plan_types import Command
@@ -401,7 +401,7 @@ def setup(tmp_path, name: str, recipe: str, files: dict[str, str]):
 
 
 def drift(proj: Project, name: str, up: Upstream, old: str, new: str) -> list[flags.VariantReport]:
-    return flagdrift.flag_reports(proj.root, name, up.url, old, new, [name])
+    return isolate.flag_reports(proj.root, name, up.url, old, new, [name])
 
 
 def table(reports) -> list[tuple[str, str, str]]:
@@ -493,9 +493,9 @@ def test_a_recipe_that_cannot_be_compared_says_why(tmp_path):
     [rep] = drift(proj, "demo", up, old, new)
     assert not rep.held and rep.rows[0].result == "not compared" and "schema" in rep.rows[0].detail
     (proj.root / "recipes" / "demo.yaml").write_text(cmake_recipe("demo", {"DEMO_FAST": "ON"}))
-    [rep] = flagdrift.flag_reports(proj.root, "demo", up.url, old, "f" * 40, ["demo"])  # a commit upstream does not have
+    [rep] = isolate.flag_reports(proj.root, "demo", up.url, old, "f" * 40, ["demo"])  # a commit upstream does not have
     assert not rep.held and rep.rows[0].result == "not compared" and "cannot check out the new commit" in rep.rows[0].detail
-    [rep] = flagdrift.flag_reports(proj.root, "demo", up.url, "e" * 40, new, ["demo"])  # the old one is gone: new side only
+    [rep] = isolate.flag_reports(proj.root, "demo", up.url, "e" * 40, new, ["demo"])  # the old one is gone: new side only
     assert [r.result for r in rep.rows] == ["info", "info"] and "the old commit cannot be checked out" in rep.rows[-1].detail
 
 

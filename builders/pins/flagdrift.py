@@ -8,7 +8,7 @@ Two halves, run by builders/pins/isolate.py in two sandboxes, neither holding a 
   the build files (never through a link out of the tree, sizes capped: builders/pins/readtree.py) and runs each
   `make -n` with a time and memory bound. Where the host cannot make the sandbox, make -n is not run at all and
   the comparison HOLDs the bump, saying why.
-`flag_reports` does both for one pin (the tests' and `1bit-build`'s entry).
+builders/pins/isolate.py's `flag_reports` does both for one pin.
 """
 from __future__ import annotations
 
@@ -343,16 +343,3 @@ def reports_from_trees(root: Path, pin: str, old: str | None, new: str, recipes:
             rep = i if isinstance(i, VariantReport) else _variant_report(i, (old_tree, new_tree), layout, commits, limits)
             out.append(dataclasses.replace(rep, rows=rep.rows + note) if isinstance(i, Planned) else rep)
         return out
-
-
-def flag_reports(root: Path, pin: str, url: str, old: str | None, new: str, recipes: Sequence[str], *,
-                 where: str | None = None) -> list[VariantReport]:
-    """Both halves for one pin: check out here, then the drift check in its sandbox (builders/pins/isolate.py)."""
-    from . import isolate
-
-    if not recipes:
-        return []
-    with tempfile.TemporaryDirectory(prefix="onebit-flags-") as tmp_name:
-        tmp = Path(tmp_name)
-        request = isolate.drift_request(root, pin, url, old, new, recipes, tmp, "t0", where=where)
-        return isolate.run_drift(root, tmp, [request])[0]

@@ -184,6 +184,20 @@ def run_drift(root: Path, work: Path, requests: Sequence[dict]) -> list[list[Var
     return got
 
 
+def flag_reports(root: Path, pin: str, url: str, old: str | None, new: str, recipes: Sequence[str], *,
+                 where: str | None = None) -> list[VariantReport]:
+    """Both halves of the build-flag check for one pin: check out here (no secret may be in this process), then the
+    drift check in its sandbox."""
+    import tempfile
+
+    if not recipes:
+        return []
+    with tempfile.TemporaryDirectory(prefix="onebit-flags-") as tmp_name:
+        tmp = Path(tmp_name)
+        request = drift_request(root, pin, url, old, new, recipes, tmp, "t0", where=where)
+        return run_drift(root, tmp, [request])[0]
+
+
 # ------------------------------------------------------------------------------------------------ inside the parts
 
 
