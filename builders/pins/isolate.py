@@ -70,7 +70,7 @@ def local_mirrors(pins: Mapping) -> tuple[str, ...]:
 
 def child_env() -> dict[str, str]:
     """The whole environment of an isolated part: a PATH, the code, the API endpoints; no secret."""
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1",
            "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYTHONNOUSERSITE": "1"}
     env.update({k: os.environ[k] for k in PASSED_ENV if os.environ.get(k)})
     return env
