@@ -310,12 +310,21 @@ def tree_absent(repo: Path, commit: str) -> tuple[list[str], list[tuple[str, str
     kind = _git(repo, "cat-file", "-t", commit, check=False)
     if kind.returncode != 0 or kind.stdout.decode().strip() != "commit":
         raise FetchError(f"does not hold commit {commit}")
-    listing = _git(repo, "rev-list", "--objects", "--missing=print", "-n", "1", commit).stdout.decode().splitlines()
+    walk = _git(repo, "rev-list", "--objects", "--missing=print", "-n", "1", commit, check=False)
+    if walk.returncode != 0:  # a tree (or the commit's own data) cannot be read: no file list can be trusted
+        err = walk.stderr.decode(errors="replace").strip().splitlines()
+        raise FetchError(f"cannot read the objects of commit {commit}: {err[0] if err else walk.returncode}")
+    listing = walk.stdout.decode().splitlines()
     present = [line.split(" ", 1)[0] for line in listing if line and not line.startswith("?")]
     missing = {line[1:] for line in listing if line.startswith("?")}
     absent: list[tuple[str, str]] = []
     if missing:
-        tree = _git(repo, "ls-tree", "-r", "-z", "--full-tree", commit).stdout.decode(errors="surrogateescape")
+        ls = _git(repo, "ls-tree", "-r", "-z", "--full-tree", commit, check=False)
+        if ls.returncode != 0:  # a tree is absent: which files there are cannot be known
+            err = ls.stderr.decode(errors="replace").strip().splitlines()
+            raise FetchError(f"cannot read the objects of commit {commit}: {err[0] if err else ls.returncode} "
+                             "(a tree is absent: not a usable partial clone)")
+        tree = ls.stdout.decode(errors="surrogateescape")
         for entry in filter(None, tree.split("\0")):
             meta, path = entry.split("\t", 1)
             _mode, kind_, oid = meta.split(" ")
@@ -335,6 +344,12 @@ def copy_from_mirror_dir(pin: Pin, repo: Path, dest: Path, may_lack: Sequence[Ma
     copy is checked to lack exactly the files recorded."""
     assert pin.commit is not None
     present, absent = tree_absent(repo, pin.commit)
+    if pin.tag:  # a mirror may lack the tag; where it has it, it must point at the pinned commit
+        at = _git(repo, "rev-parse", "--verify", "--quiet", f"refs/tags/{pin.tag}^{{commit}}", check=False)
+        if at.returncode == 0 and at.stdout.decode().strip() != pin.commit:
+            raise NotThePinnedSource(f"tag {pin.tag!r} moved: pins.yaml says {pin.commit}, {repo} says "
+                                     f"{at.stdout.decode().strip()}", where=pin.where,
+                                     hint=f"check the mirror, or re-pin with `1bit-build pins bump {pin.name}`")
     bad = untolerated([p for p, _ in absent], may_lack)
     if bad:
         who = f"{bad[0][1]} may use" if bad[0][1] else "the recipe may use"
