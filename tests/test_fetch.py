@@ -415,3 +415,50 @@ def test_a_build_from_a_partial_mirror_lists_the_absent_files_beside_its_checkou
     with pytest.raises(FetchError) as err:
         Executor(plan, project, offline=True).run()
     assert f"lacks 1 file(s) of {commit[:7]} that recipes/hello.yaml may use: {BIG}" in str(err.value)
+
+
+def test_the_checkout_refuses_a_cache_entry_lacking_a_file_its_recipe_may_use(mini, partial, tmp_path):
+    """Defence in depth: a source step whose recipe does not tolerate what the cache entry lacks stops in one line
+    before checking anything out; one that does gets the sparse commands and the list beside its checkout."""
+    from builders.errors import BuildError
+    from builders.execute import Executor
+    from builders.plan_types import Command, Layout, Plan, SourceData, Step
+
+    mirrors, commit, _ = partial
+    dest = tmp_path / "cache" / f"{commit}.git"
+    fetch.fetch_pin(offline_pin(mini, commit), dest, tmp_path / "dl", offline=True, mirror_dirs=[mirrors],
+                    may_lack=TOLERATES)
+    src = tmp_path / "work" / "src" / "hello"
+    layout = Layout(root=mini.root, cache=tmp_path / "cache", work=tmp_path / "work", out=tmp_path / "out")
+
+    def step(may_lack):
+        add = Command(("git", "--git-dir", str(dest), "worktree", "add", "--quiet", "--force", "--detach", str(src), commit))
+        return Step(id="source:hello", action="source", title="check out", key="k", commands=(add,),
+                    data=SourceData(dir=str(src), pin="hello", commit=commit, patches=(), extra=(),
+                                    where="recipes/hello.yaml", may_lack=may_lack))
+
+    executor = Executor(Plan(bundle="mini", version="1", build_number=0, platform="linux-64", layout=layout, steps=[]),
+                        config.load_project(mini.root))
+    with pytest.raises(BuildError) as err:
+        executor._checkout_commands(step(("docs/**",)))
+    assert str(err.value).splitlines()[0] == (f"recipes/hello.yaml: the cache entry of {commit[:7]} ({dest}) lacks {BIG}, "
+                                              "which this recipe may use (no glob of its source.may_lack matches it)")
+    cmds = executor._checkout_commands(step(("data/*.bin",)))
+    assert [c.argv for c in cmds] == fetch.worktree_commands(str(dest), str(src), commit, [BIG])
+    assert src.with_name("hello.onebit-absent").read_text() == f"{BIG}\n"
+
+
+@pytest.mark.parametrize("argv, env, want", [
+    ([], {}, ()),
+    (["--mirror-dir", "/m1", "--mirror-dir", "/m2"], {"ONEBIT_GIT_MIRRORS": "/e"}, ("/m1", "/m2", "/e")),
+    ([], {"ONEBIT_GIT_MIRRORS": "/e"}, ("/e",)),
+])
+def test_the_mirror_dir_option_reaches_the_layout(argv, env, want, monkeypatch):
+    from builders.cli import build_parser
+    from builders.session import layout_for
+
+    monkeypatch.delenv("ONEBIT_GIT_MIRRORS", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    args = build_parser().parse_args([*argv, "plan", "cpu"])
+    assert layout_for(args, "cpu").mirror_dirs == tuple(Path(p) for p in want)
