@@ -92,12 +92,17 @@ def setting_kinds(env: Mapping[str, str]) -> dict[str, list[str]]:
 
 
 def named_paths(values: Sequence[str]) -> list[str]:
-    """Pure: the absolute host paths that settings' values name (whitespace-separated lists, file: URLs)."""
+    """Pure: the absolute host paths that settings' values name (whitespace-separated lists, file: URLs). A local
+    package index (a PEP 503 `simple/` folder) links to its files relative to itself (`../files/...`), so its parent
+    folder is named instead."""
     out: list[str] = []
     for value in values:
         for word in value.split():
             path = word[len("file://"):] if word.startswith("file://") else word[len("file:"):] \
                 if word.startswith("file:") else word
+            path = path.rstrip("/") or "/"
+            if path.endswith("/simple"):
+                path = path.rsplit("/", 1)[0] or "/"
             if path.startswith("/") and path not in out:
                 out.append(path)
     return out
