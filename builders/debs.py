@@ -21,7 +21,7 @@ from pathlib import Path
 
 import requests
 
-from .archives import member_problem
+from .archives import extract_member, member_problem
 from .config import DebInput, file_sha256
 from .errors import FetchError
 from .swap import replace_dir
@@ -238,6 +238,6 @@ def unpack(deb: Path, into: Path) -> int:
                 kept = _keep(m, str(into), deb.name)
                 if kept is None:
                     continue
-                tar.extract(kept, into, filter="fully_trusted")  # the member was filtered above
+                extract_member(tar, kept, into, "fully_trusted")  # the member was filtered above
                 count += 1
     return count
