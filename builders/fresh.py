@@ -10,6 +10,9 @@ For each distribution (a Debian suite name):
    the README's first command, then `1bit check` and one chat completion from the installed prefix;
 4. it prints each step's result and time, one line per distribution, and removes the root (`--keep` keeps it).
 
+`--dry-run` (or ONEBIT_FRESH_DRY_RUN=1, how the release workflow's replay runs the job) prints the settings, the
+mirror, each root's mmdebstrap command and the steps, and makes nothing.
+
 Only the host's environment-only settings cross into the root, and each is named on the console: the apt mirror and
 apt's own Acquire options (Check-Valid-Until, proxies) from the host's apt configuration, pip's environment (PIP_*)
 and configuration files, the CA bundle variables, the proxy variables, DNS (/etc/resolv.conf). A host file such a
@@ -276,14 +279,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="nox -s fresh --", description=__doc__.split("\n\n")[0])
     ap.add_argument("suites", nargs="*", default=["bookworm", "trixie"], help="Debian suites (default: bookworm trixie)")
     ap.add_argument("--keep", action="store_true", help="keep each root under .onebit/fresh/<suite>/root")
+    ap.add_argument("--dry-run", action="store_true", help="print what would run (also ONEBIT_FRESH_DRY_RUN=1)")
     a = ap.parse_args(argv)
+    dry = a.dry_run or os.environ.get("ONEBIT_FRESH_DRY_RUN") == "1"
     project = Path(__file__).resolve().parent.parent
-    if os.geteuid() != 0:
+    if dry:
+        pass
+    elif os.geteuid() != 0:
         print("fresh: needs root (mmdebstrap makes the roots, and the README's command installs packages inside them "
               "as root): run it as root", file=sys.stderr)
         return 2
-    why = sandbox.why_unavailable()
-    if why or shutil.which("mmdebstrap") is None:
+    why = None if dry else sandbox.why_unavailable()
+    if not dry and (why or shutil.which("mmdebstrap") is None):
         print(f"fresh: {why or 'mmdebstrap is not installed: apt-get install mmdebstrap'}", file=sys.stderr)
         return 2
     mirror = debian_mirror(os.environ, debs.host_sources())
@@ -303,6 +310,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     configs = [h for h, _ in pip_config_files(os.environ, os.path.expanduser("~")) if os.path.isfile(h)]
     _say(f"  pip configuration files: {', '.join(configs) or 'none'}")
     _say("  DNS: /etc/resolv.conf")
+    if dry:
+        first = readme_commands((project / "README.md").read_text())[0]
+        for suite in a.suites:
+            root = str(project / ".onebit" / "fresh" / suite / "root")
+            _say(f"{suite}: would run {' '.join(mmdebstrap_argv(suite, root, mirror, aptopts))}")
+            for step in steps(first):
+                _say(f"{suite}: would run, as root in the root at {INSIDE}: {step.command}")
+        return 0
     results = [run_suite(s, project, mirror=mirror, aptopts=aptopts, env=env, keep=a.keep) for s in a.suites]
     for r in results:
         _say(summary(r))

@@ -281,7 +281,8 @@ class JobResult:
 # ---- run steps: what a job body is, what runner setup is -----------------------------------------------------------
 
 # one command of ours, nothing around it
-BODY = re.compile(r"^(1bit-build|nox|python3? -m nox|python3? -m builders(\.[a-z_]+)+) [^\n;&|]*$")
+BODY = re.compile(r"^(1bit-build|nox|python3? -m nox|python3 scripts/nox\.py|python3? -m builders(\.[a-z_]+)+) "
+                  r"[^\n;&|]*$")
 SETUP = {
     "pip-install": re.compile(r"^python3? -m pip install -e '?\.(\[[a-z,]+\])?'?$"),
     "venv": re.compile(r"^python3 -m venv \.venv && \.venv/bin/python -m pip install -e '?\.(\[[a-z,]+\])?'?$"),
@@ -299,7 +300,7 @@ def classify(run: str) -> str:
         if rx.match(text):
             return name
     raise ReplayError(f"run step {text!r} is neither a job body (one `1bit-build`, nox or `python -m builders...` "
-                      "command) nor runner setup "
+                      "command, or the README's `python3 scripts/nox.py`) nor runner setup "
                       "the replay knows (pip install of the project, a venv, $GITHUB_PATH, apt)")
 
 
