@@ -183,6 +183,31 @@ def test_a_refused_load_says_why_once(serve_prefix, models, tmp_path, case):  # 
     assert refusal.read_text() == first + "\n"  # 0003 reads this line and makes it the load error
 
 
+@pytest.mark.parametrize("device, model_ok, code, first", [
+    ("cuda", True, 3, "1bit serve: refused: --device cuda: this bundle (test) has no cuda backend (has: cpu)"),
+    ("auto", False, 2, "1bit serve: error: "),
+])
+def test_the_refusal_line_is_first_on_stderr_and_in_the_file(tmp_path, models, device, model_ok, code, first):  # noqa: F811
+    """The contract patch 0003 reads, on a stub bundle (no build needed): exit status, first stderr line, the file."""
+    from serve_fixtures import write_stub_bundle
+
+    manifest = write_stub_bundle(tmp_path / "p", ["cpu"])
+    model = models["dense"] if model_ok else tmp_path / "x.gguf"
+    if not model_ok:
+        model.write_text("no model\n")
+    refusal = tmp_path / "refusal"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ONEBIT_")}, "ONEBIT_SERVE_REFUSAL_FILE": str(refusal)}
+    r = subprocess.run([sys.executable, "-m", "onebit.cli", "serve", "--manifest", str(manifest),
+                        *fork_argv(model, free_port(), "user.Tiny-GGUF", device=device)[1:]],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == code and r.stderr.startswith(first), r.stderr
+    assert refusal.read_text() == r.stderr.splitlines()[0] + "\n"
+    # unwritable: the refusal still reaches stderr, nothing half-written is left
+    env["ONEBIT_SERVE_REFUSAL_FILE"] = str(tmp_path / "no-such-dir" / "refusal")
+    r2 = subprocess.run(r.args, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r2.returncode == code and r2.stderr == r.stderr and not (tmp_path / "no-such-dir").exists()
+
+
 def test_version_is_one_line_the_fork_reads_whole(serve_prefix):  # noqa: F811
     """OnebitOps::resolve_version (:63-73): all of `1bit version`'s output, the text after the first space, trailing
     newlines cut: that must be the bundle's version, so `1bit version` prints exactly one line."""
