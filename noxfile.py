@@ -67,26 +67,27 @@ def missing_debian_packages(packages: dict[str, str] = DEBIAN_PACKAGES, cargo: b
     return missing
 
 
-def host_packages(session: nox.Session, packages: dict[str, str] = DEBIAN_PACKAGES, what: str = "the tests") -> None:
-    """Install (as root) or name what `what` needs from the host, before it runs."""
+def host_packages(session: nox.Session, packages: dict[str, str] = DEBIAN_PACKAGES, who: str = "the tests need") -> None:
+    """Install (as root) or name the Debian `packages` a session needs from the host (`who`: "the tests need"), before
+    it runs."""
     tests = packages is DEBIAN_PACKAGES
     if shutil.which("dpkg-query") is None:
-        session.warn(f"not a Debian host: {what} need(s) the programs of the Debian packages "
+        session.warn(f"not a Debian host: {who} the programs of the Debian packages "
                      f"{', '.join(packages)}{' and cargo' if tests else ''}; their absence fails them")
         return
     missing = missing_debian_packages(packages, cargo=tests)
     if not missing:
         return
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        session.error(f"{what} need(s) these Debian packages: sudo apt-get install -y {' '.join(missing)}")
-    session.log(f"installing the Debian packages {what} need(s): {' '.join(missing)}")
+        session.error(f"{who} these Debian packages: sudo apt-get install -y {' '.join(missing)}")
+    session.log(f"installing the Debian packages {who}: {' '.join(missing)}")
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     session.run("apt-get", "update", "-q", external=True, env=env)
     session.run("apt-get", "install", "-y", "-q", "--no-install-recommends", *missing, external=True, env=env)
 
 
 def _build(session: nox.Session, bundle: str) -> None:
-    host_packages(session, BUILD_PACKAGES, "a build")
+    host_packages(session, BUILD_PACKAGES, "a build needs")
     session.install(*DEPS)
     session.run("1bit-build", "build", bundle, *session.posargs)
 
@@ -192,6 +193,6 @@ def fresh(session: nox.Session) -> None:
     copied in, the README's first command, `1bit check` and one chat completion run inside it; one line per
     distribution with each step's result and time. The host's apt mirror and options, pip settings, CA bundle, proxy
     and DNS settings are passed through and named; nothing of the product is copied in. `--keep` keeps the roots."""
-    host_packages(session, FRESH_PACKAGES, "nox -s fresh")
+    host_packages(session, FRESH_PACKAGES, "nox -s fresh needs")
     session.install("-e", ".")
     session.run("python", "-m", "builders.fresh", *(session.posargs or ["bookworm", "trixie"]))
