@@ -60,6 +60,7 @@ CHAT = ("/v1/chat/completions", {"model": "M", "max_tokens": 4, "messages": [{"r
 LOADS = [
     Load("chat, device unset", ":106-107 auto, :114-115", {}, CHAT),
     Load("chat, cpu chosen, ctx_size", ":106 onebit_backend=cpu, :116-119", {"device": "cpu", "ctx_size": 512}, CHAT),
+    # the tiny llama names no pooling of its own (an embedding model's GGUF does): the user's onebit_args gives one
     Load("embedding model", ":122 --embedding", {"kind": "embedding", "onebit_args": THREADS + " --pooling mean"},
          ("/v1/embeddings", {"model": "M", "input": "hello"})),
     Load("reranking model", ":123 --reranking", {"kind": "reranking"},
