@@ -11,7 +11,8 @@ For each distribution (a Debian suite name):
 4. it prints each step's result and time, one line per distribution, and removes the root (`--keep` keeps it).
 
 `--dry-run` (or ONEBIT_FRESH_DRY_RUN=1, how the release workflow's replay runs the job) prints the settings, the
-mirror, each root's mmdebstrap command and the steps, and makes nothing.
+mirror, each root's mmdebstrap command and the steps, and makes nothing. `--sudo` (a CI runner: passwordless sudo)
+re-runs this command as root through `sudo -n`, keeping the environment-only settings above and nothing else.
 
 Only the host's environment-only settings cross into the root, and each is named on the console: the apt mirror and
 apt's own Acquire options (Check-Valid-Until, proxies) from the host's apt configuration, pip's environment (PIP_*)
@@ -155,6 +156,13 @@ def carry(paths: Sequence[str], *, is_file: Callable[[str], bool], is_dir: Calla
     return Carry(tuple(dict.fromkeys(copy)), tuple(bind), tuple(own), tuple(missing))
 
 
+def sudo_argv(env: Mapping[str, str], python: str, args: Sequence[str]) -> list[str]:
+    """Pure: this command again, as root through passwordless sudo, keeping only the settings that cross into a root
+    (sudo's own policy resets the rest, PATH included: hence the interpreter by its path)."""
+    keep = ",".join(passed_env(env))
+    return ["sudo", "-n", *([f"--preserve-env={keep}"] if keep else []), "--", python, "-m", "builders.fresh", *args]
+
+
 def mmdebstrap_argv(suite: str, root: str, mirror: str, aptopts: Sequence[str]) -> list[str]:
     """Pure: Debian's own tool making the minbase root with python3 and ca-certificates (run as root)."""
     return ["mmdebstrap", "--mode=root", "--variant=minbase", f"--include={','.join(INCLUDE)}",
@@ -280,9 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("suites", nargs="*", default=["bookworm", "trixie"], help="Debian suites (default: bookworm trixie)")
     ap.add_argument("--keep", action="store_true", help="keep each root under .onebit/fresh/<suite>/root")
     ap.add_argument("--dry-run", action="store_true", help="print what would run (also ONEBIT_FRESH_DRY_RUN=1)")
+    ap.add_argument("--sudo", action="store_true", help="not root: re-run as root with `sudo -n`, keeping the settings")
     a = ap.parse_args(argv)
     dry = a.dry_run or os.environ.get("ONEBIT_FRESH_DRY_RUN") == "1"
     project = Path(__file__).resolve().parent.parent
+    if a.sudo and not dry and os.geteuid() != 0:
+        os.execvp("sudo", sudo_argv(os.environ, sys.executable, [x for x in (argv if argv is not None else sys.argv[1:])
+                                                                 if x != "--sudo"]))
     if dry:
         pass
     elif os.geteuid() != 0:

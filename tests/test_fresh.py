@@ -172,3 +172,12 @@ def test_bootstrap_installs_the_venv_package_only_as_root_for_apts_python(tmp_pa
     with pytest.raises(SystemExit):
         nox.build(tmp_path / "venv")
     assert asked == [nox.venv_package()] and nox.venv_package().endswith("-venv")
+
+
+def test_sudo_keeps_only_the_settings_that_cross():
+    env = {"PIP_INDEX_URL": "https://i.example/simple", "https_proxy": "http://p:3128", "ONEBIT_CACHE": "/c",
+           "PATH": "/usr/bin", "GITHUB_TOKEN": "t"}
+    assert fresh.sudo_argv(env, "/opt/py/bin/python", ["bookworm", "--keep"]) == [
+        "sudo", "-n", "--preserve-env=PIP_INDEX_URL,https_proxy", "--", "/opt/py/bin/python", "-m", "builders.fresh",
+        "bookworm", "--keep"]
+    assert fresh.sudo_argv({}, "/py", ["trixie"])[:3] == ["sudo", "-n", "--"]

@@ -281,8 +281,7 @@ class JobResult:
 # ---- run steps: what a job body is, what runner setup is -----------------------------------------------------------
 
 # one command of ours, nothing around it
-BODY = re.compile(r"^(1bit-build|nox|python3? -m nox|python3 scripts/nox\.py|python3? -m builders(\.[a-z_]+)+) "
-                  r"[^\n;&|]*$")
+BODY = re.compile(r"^(1bit-build|nox|python3? -m nox|python3? -m builders(\.[a-z_]+)+) [^\n;&|]*$")
 SETUP = {
     "pip-install": re.compile(r"^python3? -m pip install -e '?\.(\[[a-z,]+\])?'?$"),
     "venv": re.compile(r"^python3 -m venv \.venv && \.venv/bin/python -m pip install -e '?\.(\[[a-z,]+\])?'?$"),
@@ -300,7 +299,7 @@ def classify(run: str) -> str:
         if rx.match(text):
             return name
     raise ReplayError(f"run step {text!r} is neither a job body (one `1bit-build`, nox or `python -m builders...` "
-                      "command, or the README's `python3 scripts/nox.py`) nor runner setup "
+                      "command) nor runner setup "
                       "the replay knows (pip install of the project, a venv, $GITHUB_PATH, apt)")
 
 
