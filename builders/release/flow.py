@@ -28,7 +28,6 @@ from . import changes, lemonade, notes, sbom
 from . import tag as tags
 from .. import tarball
 from ..swap import replace_dir
-from onebit.manifest import load_manifest
 
 LICENSE_NAMES = ("LICENSE", "LICENSE.md", "LICENSE.txt", "COPYING", "LICENSE-MIT")
 PLATFORM = "linux-x86_64"
@@ -162,7 +161,8 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             # a flavor of a fanned-out variant (nvidia-sm_90) names its Lemonade archive after that architecture alone
             arch = next((p["cuda_arch"] for p in (b.params or {}).values() if p.get("cuda_arch")), None)
             settings = dataclasses.replace(config.lemonade, cuda_arch=(arch,)) if arch else config.lemonade
-            onebit[b.name] = (load_manifest(prefixes[b.name] / "share/onebit/manifest.json"), settings.cuda_arch)
+            manifest = json.loads((prefixes[b.name] / "share/onebit/manifest.json").read_text())
+            onebit[b.name] = (lemonade.onebit_manifest(manifest), settings.cuda_arch)
             for _, backend, archive in lemonade.make_archives(prefixes[b.name], tmp / "lemonade" / b.name, tag, lic,
                                                               mtime=mtime, settings=settings):
                 backends[archive.name] = _place(archive, rel)

@@ -42,7 +42,7 @@ from ..config import file_sha256 as sha256
 from ..errors import OnebitError
 from .. import lock, swap, tarball
 from ..toolchain import REDISTRIBUTABLES
-from onebit.manifest import Manifest
+from onebit.manifest import Backend, Manifest, default_adapter
 from onebit.route import DEVICE_FLAG, _backend_for, capabilities
 
 RECIPE = "llamacpp"
@@ -664,6 +664,17 @@ _FAMILY = {"CPU": ("cpu", ("x86_64",)), "Vulkan0": ("amd_gpu", ()), "CUDA0": ("n
            "HRX0": ("amd_gpu", ONEBIT_AMD_ARCH), "ROCm0": ("amd_gpu", ONEBIT_AMD_ARCH), "NPU0": ("amd_npu", ("XDNA2",))}
 # Vulkan runs on NVIDIA's driver too (the H200: docs/vulkan.md)
 _ALSO = {"Vulkan0": ("nvidia_gpu", ())}
+
+
+def onebit_manifest(doc: Mapping) -> Manifest:
+    """Pure: the part of a bundle's manifest (share/onebit/manifest.json, parsed) that says what it serves: each
+    backend's programs, devices and adapter (the release reads the manifest the build wrote and validated)."""
+    backends = {name: Backend(name=name, binaries=dict(e.get("binaries") or {}), devices=tuple(e.get("devices") or ()),
+                              adapter=e.get("adapter") or default_adapter(name), root=e.get("root"))
+                for name, e in (doc.get("backends") or {}).items()}
+    return Manifest(path=Path("share/onebit/manifest.json"), prefix=Path("."), bundle=str(doc.get("bundle", "")),
+                    version=str(doc.get("version", "")), build_number=int(doc.get("build_number") or 0),
+                    platform=str(doc.get("platform", "")), backends=backends)
 
 
 def onebit_devices(manifest: Manifest) -> dict[str, tuple[str, ...]]:
