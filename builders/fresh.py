@@ -8,7 +8,8 @@ For each distribution (a Debian suite name):
    `.nox/`, no cache, no venv; nothing of the product);
 3. inside the root (builders/sandbox.py: the root itself as /, writable, run as root with the host's network) it runs
    the README's first command, then `1bit check` and one chat completion from the installed prefix;
-4. it prints each step's result and time, one line per distribution, and removes the root (`--keep` keeps it).
+4. it prints each step's result and time, one line per distribution, and removes the root (`--keep` keeps it; a
+   root whose steps failed is kept for a look).
 
 `--dry-run` (or ONEBIT_FRESH_DRY_RUN=1, how the release workflow's replay runs the job) prints the settings, the
 mirror, each root's mmdebstrap command and the steps, and makes nothing. `--sudo` (a CI runner: passwordless sudo)
