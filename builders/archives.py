@@ -59,6 +59,23 @@ def check_tar(archive: Path) -> None:
                 raise _refuse(archive, m.name, problem)
 
 
+# PEP 706's extraction filters came with Python 3.11.4 and 3.12; Debian 12's python3 is 3.11.2 without them. There
+# every member is extracted as member_problem checked it, with what the "data" filter would also do: no setuid,
+# setgid or sticky bit, no group or other write, and owned by whoever unpacks it.
+HAS_FILTERS = hasattr(tarfile, "data_filter")
+
+
+def extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, into: Path, filter: str = "data") -> None:
+    """Extract one checked member with the stdlib's `filter` where it has filters, else as described above."""
+    if HAS_FILTERS:
+        tar.extract(member, into, filter=filter)
+        return
+    if filter == "data":
+        member.mode &= 0o755
+        member.uid, member.gid, member.uname, member.gname = os.getuid(), os.getgid(), "", ""
+    tar.extract(member, into)
+
+
 def extract_tar(archive: Path, into: Path, *, select: Callable[[str], bool] = lambda name: True) -> int:
     """Unpack the members `select` accepts into `into`; every member is checked first, so nothing is written when
     one is unsafe. Returns how many members were unpacked. Two streaming passes (a .tar.gz has no random access)."""
@@ -68,7 +85,7 @@ def extract_tar(archive: Path, into: Path, *, select: Callable[[str], bool] = la
     with tarfile.open(archive, "r|*") as tar:
         for m in tar:
             if select(m.name):
-                tar.extract(m, into, filter="data")  # the stdlib's own guard too
+                extract_member(tar, m, into)  # the stdlib's own guard too, where it has one
                 count += 1
     return count
 

@@ -10,7 +10,14 @@ A `Sandbox` says what the command may see; `argv()` (pure) turns it into a bwrap
 - the file system is a root: the host's (`root=None`: /usr and /etc read-only, the usr-merge links as the host
   has them) or an assembled build root (`root=DIR`: DIR's usr/ and etc/ read-only); nothing else of the host,
   except `ro` paths (read-only) and `rw` paths (read-write), each bound at its own path, and `hide` directories
-  inside them covered by an empty tmpfs.
+  inside them covered by an empty tmpfs;
+- `root_rw=True` (with `root=DIR`) makes DIR itself the whole file system, writable: a complete system (a fresh
+  Debian root made by mmdebstrap) whose /var, /root and /etc are its own, with its own package manager; /proc, /dev
+  and a private /tmp (mode 1777) are still the sandbox's;
+- `uid=0` runs the command as root inside: on a host where we are root, as the host's root with every capability
+  but no user namespace (apt and dpkg need more than one uid: the _apt user, files of other owners); elsewhere as
+  uid 0 of its own user namespace, where only that one uid exists. The default is nobody (65534), and the defaults
+  give exactly the command line this module always gave (the API is backward compatible).
 
 `why_unavailable()` probes once whether this host can make such a sandbox; a caller that needs one refuses (one line
 naming what to install) instead of running unsandboxed.
@@ -42,6 +49,8 @@ class Sandbox:
     rw: tuple[str, ...] = ()  # host paths bound read-write at the same path
     hide: tuple[str, ...] = ()  # directories inside ro/rw paths covered by an empty tmpfs (e.g. a checkout's .git)
     network: bool = False
+    uid: int = INSIDE_UID  # who runs the command inside; 0: root (see the module's docstring)
+    root_rw: bool = False  # with root: the root itself is /, writable
     memory: int | None = None  # bytes of address space (RLIMIT_AS), None: unbounded
     timeout: float | None = None  # seconds, enforced by run()
 
@@ -58,30 +67,46 @@ def _top_level(root: Path, name: str) -> list[str]:
 
 def argv(sb: Sandbox, command: Sequence[str], *, bwrap: str = BWRAP) -> list[str]:
     """Pure apart from reading the root's top-level links: the bwrap command line running `command` in `sb`."""
+    if sb.root_rw and not sb.root:
+        raise ValueError("root_rw needs a root (root=DIR)")
     base = Path(sb.root) if sb.root else Path("/")
-    out = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-           "--unshare-user", "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID)]
-    if sb.network:
-        out.append("--share-net")
-    out += ["--ro-bind", str(base / "usr"), "/usr"]
-    for name in _USRMERGE:
-        out += _top_level(base, name)
-    if (base / "etc").is_dir():
-        out += ["--ro-bind", str(base / "etc"), "/etc"]
-    out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME,
-            "--tmpfs", "/var", "--dir", "/var/tmp"]
+    if sb.uid == 0 and host_euid() == 0:  # the host's root, all capabilities, no user namespace
+        out = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+               "--new-session", "--clearenv", "--cap-add", "ALL"]
+        if not sb.network:
+            out.append("--unshare-net")
+    else:
+        out = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+               "--unshare-user", "--uid", str(sb.uid), "--gid", str(sb.uid)]
+        if sb.network:
+            out.append("--share-net")
+    home = "/root" if sb.uid == 0 and sb.root_rw else HOME
+    if sb.root_rw:
+        out += ["--bind", str(base), "/", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    else:
+        out += ["--ro-bind", str(base / "usr"), "/usr"]
+        for name in _USRMERGE:
+            out += _top_level(base, name)
+        if (base / "etc").is_dir():
+            out += ["--ro-bind", str(base / "etc"), "/etc"]
+        out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME,
+                "--tmpfs", "/var", "--dir", "/var/tmp"]
     for p in sb.ro:
         out += ["--ro-bind", p, p]
     for p in sb.rw:
         out += ["--bind", p, p]
     for p in sb.hide:
         out += ["--tmpfs", p]
-    env = {"HOME": HOME, "TMPDIR": "/tmp", **sb.env}
+    env = {"HOME": home, "TMPDIR": "/tmp", **sb.env}
     for k, v in sorted(env.items()):
         out += ["--setenv", k, v]
     if sb.cwd:
         out += ["--chdir", sb.cwd]
     return out + ["--", *command]
+
+
+def host_euid() -> int:
+    return os.geteuid()
 
 
 @functools.lru_cache(maxsize=None)

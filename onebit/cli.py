@@ -18,7 +18,13 @@ from .manifest import MANIFEST_ENV, default_manifest_path, load_manifest
 from .recipes import default_recipes_path, load_recipes
 from .route import DEVICES, Capabilities, Refusal, RouteEnv, ServeFlags, capabilities, laya_refusal, route
 
+# A refused `1bit serve` launch (nothing started): exit status EXIT_REFUSED when the route refuses (a device, feature
+# or bind this bundle cannot serve), ServeError's 2 for bad input (an unreadable model, a bad manifest); either way
+# the first stderr line is the reason, and it is also written to $ONEBIT_SERVE_REFUSAL_FILE where that is set (the
+# engine's Lemonade `onebit` backend sets it per load, reads the line and shows it as the load error:
+# docs/lemonade.md, docs/lemonade/patches/0003-*.patch).
 EXIT_REFUSED = 3
+REFUSAL_FILE_ENV = "ONEBIT_SERVE_REFUSAL_FILE"
 
 USAGE = """usage: 1bit <command> [args]
 
@@ -222,12 +228,31 @@ def plan_from_args(argv: list[str], env=None):
     return route(facts, flags, manifest, renv, recipes, draft=draft, long_facts=long_facts, laya_policy=policy), args
 
 
+def refuse(line: str, env=None) -> None:
+    """Say why a launch was refused: the first line on stderr, and the same line in $ONEBIT_SERVE_REFUSAL_FILE where
+    that is set (written beside it and renamed into place; a file that cannot be written costs only itself)."""
+    print(line, file=sys.stderr, flush=True)
+    path = (os.environ if env is None else env).get(REFUSAL_FILE_ENV)
+    if not path:
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(line.splitlines()[0] + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
 def serve_main(argv: list[str]) -> int:
     plan, args = plan_from_args(argv)
     if isinstance(plan, Refusal):
         if args.dry_run:
             print(json.dumps(plan.to_json(), indent=2))
-        print(f"1bit serve: refused: {plan.message}", file=sys.stderr)
+        refuse(f"1bit serve: refused: {plan.message}")
         return EXIT_REFUSED
     if args.dry_run:
         print(json.dumps(plan.to_json(), indent=2))
@@ -369,7 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         if rc is not None:
             return rc
     except ServeError as e:
-        print(f"1bit {cmd}: error: {e}", file=sys.stderr)
+        if cmd == "serve":
+            refuse(f"1bit serve: error: {e}")
+        else:
+            print(f"1bit {cmd}: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

@@ -45,7 +45,7 @@ def test_planted_apt_get_and_dpkg_query_never_run(tmp_path, monkeypatch, noxfile
     monkeypatch.setenv("PATH", f"{planted}:{os.environ['PATH']}")
     if os.access("/usr/bin/dpkg-query", os.X_OK):
         noxfile.missing_debian_packages()
-    monkeypatch.setattr(noxfile, "missing_debian_packages", lambda: ["bubblewrap"])
+    monkeypatch.setattr(noxfile, "missing_debian_packages", lambda *a, **k: ["bubblewrap"])
     monkeypatch.setattr(noxfile.os, "geteuid", lambda: 0)
     monkeypatch.setattr(noxfile.os, "access", lambda p, m: str(p) in ("/usr/bin/apt-get", "/usr/bin/dpkg-query"))
     s = Session()

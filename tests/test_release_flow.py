@@ -85,6 +85,9 @@ def test_release_directory(world, tmp_path):
     assert list(frag["checksums"]["github"]) == ["ggml-org/llama.cpp"]
     assert frag["checksums"]["github"]["ggml-org/llama.cpp"][TAG]["llama-v2026.48-bin-ubuntu-x64.tar.gz"] == \
         "sha256:" + sums["llama-v2026.48-bin-ubuntu-x64.tar.gz"]
+    # the engine's Lemonade `onebit` backend: what this bundle serves through `1bit serve --device`, from its manifest
+    # (its families come from the manifest's devices, which this fixture's leaves out: tests/test_lemonade_onebit.py)
+    assert frag["onebit"] == {"cpu": "2026.48"} and frag["onebit_support"]["cpu"]["bundles"] == ["cpu"]
     doc = json.loads((out / "changes.json").read_text())
     assert doc["tag"] == TAG and doc["pins"]["llama.cpp"]["to"] == world["c1"]
     assert doc["artifacts"]["llama-v2026.48-bin-ubuntu-x64.tar.gz"] == sums["llama-v2026.48-bin-ubuntu-x64.tar.gz"]

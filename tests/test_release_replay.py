@@ -93,6 +93,11 @@ def runner_for(fx: Fixture, fake: Fake, base: Path, logs: Path):
                "CCACHE_DISABLE": "1", "ONEBIT_SHIM_LOG": str(logs / (re.sub(r"\W+", "_", job.key) + ".jsonl")),
                "ONEBIT_SHIM_ENV": "CC,CXX,KERNEL_SRC,DESTDIR"}
         system = ["/usr/local/bin", "/usr/bin", "/bin"]
+        if job.job == "fresh":
+            # the README on fresh Debian roots: the job runs builders.fresh for real up to its plan (each root's
+            # mmdebstrap command and steps) and makes no root: tests/test_fresh.py covers what it decides, and
+            # `nox -s fresh` makes the roots
+            env["ONEBIT_FRESH_DRY_RUN"] = "1"
         if job.runs_on == "ubuntu-24.04":
             path = [venv_bin, *system]  # setup-python + `pip install -e .`: the test's own environment
             if job.job == "release":  # the assembling job must build nothing: its build tools only record
@@ -223,6 +228,17 @@ def test_the_job_graph_runs_and_the_final_job_builds_nothing(replay):
     # what was attested is what was published (the publish step assembled the same bytes again)
     assert {a["name"]: a["digest"].removeprefix("sha256:") for a in fake.assets.values()} == rel.attested
     assert release["body"] == (dist / "notes.md").read_text()
+
+
+def test_the_readme_on_fresh_roots_runs_before_the_release(replay):
+    res = replay.results["the README on fresh Debian roots"]
+    [body] = [st for st in res.steps if st.kind == "body"]
+    assert body.rc == 0 and body.command == "python -m builders.fresh --sudo bookworm trixie"
+    log = body.log.read_text()
+    for suite in ("bookworm", "trixie"):
+        assert f"fresh: {suite}: would run mmdebstrap --mode=root --variant=minbase" in log
+        assert f"fresh: {suite}: would run, as root in the root at /src/onebit-build: python3 scripts/nox.py -s build-cpu" \
+            in log
 
 
 def test_what_the_builds_knew_reached_the_release(replay):

@@ -47,3 +47,35 @@ def test_no_network_and_timeout_kills_the_group(tmp_path):
     assert [line.split(":")[0].strip() for line in r.stdout.splitlines()] == ["lo"]
     with pytest.raises(subprocess.TimeoutExpired):
         sandbox.run(sandbox.Sandbox(env={"PATH": "/usr/bin:/bin"}, timeout=1), ["/bin/sh", "-c", "sleep 60 & sleep 60"])
+
+
+def test_root_rw_and_uid0_are_opt_in(monkeypatch):
+    """The defaults keep the command line of before; root_rw makes the root itself / (writable); uid=0 on a root
+    host drops the user namespace and keeps every capability, elsewhere it is uid 0 of its own user namespace."""
+    plain = sandbox.argv(sandbox.Sandbox(), ["true"], bwrap="bwrap")
+    assert plain[plain.index("--uid") + 1] == str(sandbox.INSIDE_UID) and "--cap-add" not in plain
+    assert ["--tmpfs", "/var"] == plain[plain.index("/var") - 1:plain.index("/var") + 1]
+    with pytest.raises(ValueError):
+        sandbox.argv(sandbox.Sandbox(root_rw=True), ["true"])
+    for euid, caps in ((0, True), (1000, False)):
+        monkeypatch.setattr(sandbox, "host_euid", lambda euid=euid: euid)
+        a = sandbox.argv(sandbox.Sandbox(root="/srv/r", root_rw=True, uid=0, network=True), ["true"], bwrap="bwrap")
+        assert ["--bind", "/srv/r", "/"] == a[a.index("/srv/r") - 1:a.index("/srv/r") + 2]
+        assert "/var" not in a and a[a.index("HOME") + 1] == "/root"
+        assert ("--cap-add" in a) is caps and ("--unshare-user" in a) is not caps
+        assert "--unshare-net" not in a and ("--share-net" in a) is not caps
+
+
+def test_root_rw_writes_into_the_root(tmp_path):
+    """A writable root made of an empty tree plus the host's /usr bound read-only: what the command writes at /
+    lands in the root's folder, and it runs as uid 0 (of its own user namespace, or the host's root)."""
+    root = tmp_path / "root"
+    (root / "usr").mkdir(parents=True)
+    for name in ("bin", "lib", "lib64", "sbin"):
+        if os.path.islink(f"/{name}"):
+            (root / name).symlink_to(os.readlink(f"/{name}"))
+    r = sandbox.run(sandbox.Sandbox(root=str(root), root_rw=True, uid=0, ro=("/usr",), env={"PATH": "/usr/bin:/bin"},
+                                    timeout=30), ["/bin/sh", "-c", "echo made > /written; id -u; echo $HOME"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "/root"]
+    assert (root / "written").read_text() == "made\n"

@@ -149,6 +149,7 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
         shipped = {k: v for b in built for k, v in b.upstream_licenses.items()}
         lic = license_files(root, pins, used, git_cache, tmp / "scratch", shipped)
         backends: dict[str, Path] = {}
+        onebit: dict[str, tuple] = {}  # what each bundle serves through the engine's Lemonade `onebit` backend
         for b in built:
             for pkg in b.packages:
                 _place(pkg, rel)
@@ -159,11 +160,14 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             # a flavor of a fanned-out variant (nvidia-sm_90) names its Lemonade archive after that architecture alone
             arch = next((p["cuda_arch"] for p in (b.params or {}).values() if p.get("cuda_arch")), None)
             settings = dataclasses.replace(config.lemonade, cuda_arch=(arch,)) if arch else config.lemonade
+            manifest = json.loads((prefixes[b.name] / "share/onebit/manifest.json").read_text())
+            onebit[b.name] = (lemonade.onebit_manifest(manifest), settings.cuda_arch)
             for _, backend, archive in lemonade.make_archives(prefixes[b.name], tmp / "lemonade" / b.name, tag, lic,
                                                               mtime=mtime, settings=settings):
                 backends[archive.name] = _place(archive, rel)
-        if backends:
-            frag = lemonade.fragment(config.lemonade, tag, backends.values())
+        if backends or onebit:
+            frag = lemonade.fragment(config.lemonade, tag, backends.values()) if backends else {}
+            frag.update(lemonade.onebit_rows(onebit, tags.version(tag)))
             (rel / "backend_versions.json").write_text(json.dumps(frag, indent=2) + "\n")
         patches = {}
         for recipe in sorted((root / "recipes").glob("*.yaml")):

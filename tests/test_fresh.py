@@ -1,0 +1,183 @@
+"""The README on a stock distribution: its two commands (scripts/nox.py), CI's command, and `nox -s fresh`'s decisions
+(builders/fresh.py): which host settings cross into a clean root and how, which mirror, what runs there. The roots
+themselves are made by `nox -s fresh -- bookworm trixie` (and release.yml's fresh job)."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from builders import archives, debs, fresh
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_readme_has_two_commands_and_ci_runs_the_second():
+    first, second = fresh.readme_commands((ROOT / "README.md").read_text())
+    assert first == "python3 scripts/nox.py -s build-cpu" and second == "python3 scripts/nox.py -s tests"
+    ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))]
+    assert ci == [second]
+    # what fresh runs first in each root is the README's first command
+    assert fresh.steps(first)[0].command == first
+
+
+DEBIAN = [("http://mirror.example/debian", ("bookworm", "bookworm-updates")),
+          ("http://mirror.example/debian-security", ("bookworm-security",))]
+UBUNTU = [("http://archive.example/ubuntu", ("noble", "noble-updates")),
+          ("http://security.example/ubuntu", ("noble-security",))]
+
+
+@pytest.mark.parametrize("env, sources, want", [
+    ({}, DEBIAN, "http://mirror.example/debian"),  # the host's Debian archive, not its security archive
+    ({}, UBUNTU + DEBIAN, "http://mirror.example/debian"),  # an Ubuntu archive serves no Debian suite
+    ({}, UBUNTU, None),  # nothing to make a Debian root from: the caller names ONEBIT_DEBIAN_MIRROR
+    ({"ONEBIT_DEBIAN_MIRROR": "http://other.example/debian/ http://x"}, UBUNTU, "http://other.example/debian"),
+    ({}, [("http://m.example/debian", ("trixie",))], "http://m.example/debian"),
+    ({}, [("http://m.example/debian", ("sid",))], "http://m.example/debian"),
+])
+def test_debian_mirror(env, sources, want):
+    assert fresh.debian_mirror(env, sources) == want
+
+
+def test_debian_mirror_reads_the_sources_format_apt_uses():
+    deb822 = debs.parse_sources("Types: deb\nURIs: http://mirror.example/debian\nSuites: trixie trixie-updates\n"
+                                "Components: main\n", deb822=True)
+    assert fresh.debian_mirror({}, deb822) == "http://mirror.example/debian"
+
+
+def test_apt_options_are_the_ones_about_reaching_the_archive():
+    dump = ('APT "";\nAPT::Sandbox::User "_apt";\nAcquire::Check-Valid-Until "false";\n'
+            'Acquire::http::Proxy "http://proxy.example:3128";\nAcquire::https::Proxy::deb.example "DIRECT";\n'
+            'Dir::Etc::sourcelist "sources.list";\nAcquire::Languages "none";\n')
+    assert fresh.apt_options(dump) == ['Acquire::Check-Valid-Until "false";',
+                                       'Acquire::http::Proxy "http://proxy.example:3128";',
+                                       'Acquire::https::Proxy::deb.example "DIRECT";']
+
+
+def test_only_environment_settings_cross_into_the_root():
+    host = {"PIP_INDEX_URL": "https://i.example/simple", "PIP_EXTRA_INDEX_URL": "https://e.example/simple",
+            "PIP_FIND_LINKS": "/opt/wheels", "PIP_CERT": "/etc/ssl/c.pem", "SSL_CERT_FILE": "/etc/ssl/c.pem",
+            "REQUESTS_CA_BUNDLE": "/etc/ssl/c.pem", "https_proxy": "http://p:3128", "NO_PROXY": "localhost",
+            "ONEBIT_DEBIAN_MIRROR": "http://m.example/debian", "PIP_EMPTY": "",
+            # the product and the host's own: never
+            "ONEBIT_CACHE": "/var/cache/onebit", "PATH": "/usr/bin", "VIRTUAL_ENV": "/venv", "HOME": "/root",
+            "CCACHE_DIR": "/ccache", "LD_LIBRARY_PATH": "/opt/lib", "PYTHONPATH": "/src"}
+    passed = fresh.passed_env(host)
+    assert set(passed) == {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CERT", "SSL_CERT_FILE",
+                           "REQUESTS_CA_BUNDLE", "https_proxy", "NO_PROXY", "ONEBIT_DEBIAN_MIRROR"}
+    kinds = fresh.setting_kinds(host)
+    assert kinds["proxy"] == ["NO_PROXY", "https_proxy"] and kinds["CA bundle"] == ["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"]
+    assert kinds["Debian mirror"] == ["ONEBIT_DEBIAN_MIRROR"]
+
+
+def test_host_paths_named_by_settings_and_how_they_reach_the_root(tmp_path):
+    values = ["/opt/wheels /opt/more", "file:///opt/pypi/simple", "https://user:secret@i.example/simple",
+              "/etc/ssl/c.pem", "file:/srv/idx/simple/"]
+    assert fresh.named_paths(values) == ["/opt/wheels", "/opt/more", "/opt/pypi", "/etc/ssl/c.pem", "/srv/idx"]
+    files, dirs, in_root = {"/etc/ssl/c.pem", "/etc/pip.conf"}, {"/opt/wheels", "/etc/ssl/certs"}, {"/etc/ssl/certs"}
+    c = fresh.carry(["/etc/ssl/c.pem", "/opt/wheels", "/etc/ssl/certs", "/gone"], is_file=files.__contains__,
+                    is_dir=dirs.__contains__, in_root=in_root.__contains__,
+                    configs=[("/etc/pip.conf", "/etc/pip.conf"), ("/home/u/.config/pip/pip.conf", "/root/.config/pip/pip.conf")])
+    assert c.copy == (("/etc/pip.conf", "/etc/pip.conf"), ("/etc/ssl/c.pem", "/etc/ssl/c.pem"))
+    assert c.bind == ("/opt/wheels",) and c.own == ("/etc/ssl/certs",) and c.missing == ("/gone",)
+
+
+def test_pip_configuration_files_and_their_paths():
+    files = fresh.pip_config_files({"PIP_CONFIG_FILE": "/srv/pip.ini"}, "/home/u")
+    assert ("/home/u/.config/pip/pip.conf", "/root/.config/pip/pip.conf") in files
+    assert ("/etc/pip.conf", "/etc/pip.conf") in files and files[-1] == ("/srv/pip.ini", "/srv/pip.ini")
+    assert fresh.pip_config_files({"PIP_CONFIG_FILE": os.devnull}, "/h")[-1][0] != os.devnull
+    text = "[global]\ncert = /etc/ssl/c.pem\nfind-links = /opt/wheels\ntimeout = 60\n[install]\nindex-url = file:///opt/pypi/simple\n"
+    assert sorted(fresh.pip_config_values(text)) == ["/etc/ssl/c.pem", "/opt/wheels", "file:///opt/pypi/simple"]
+    assert fresh.pip_config_values("not [ini") == []
+
+
+def test_mmdebstrap_makes_a_minbase_root_with_python3():
+    argv = fresh.mmdebstrap_argv("trixie", "/r", "http://m.example/debian", ['Acquire::Check-Valid-Until "false";'])
+    assert argv == ["mmdebstrap", "--mode=root", "--variant=minbase", "--include=python3,ca-certificates",
+                    '--aptopt=Acquire::Check-Valid-Until "false";', "trixie", "/r", "http://m.example/debian"]
+
+
+def test_summary_line():
+    r = fresh.Result("bookworm", [fresh.Step("readme", "x", 0, 400.2), fresh.Step("check", "y", 1, 3.0),
+                                  fresh.Step("chat", "z")], seconds=410.0)
+    assert not r.ok
+    assert fresh.summary(r) == "bookworm   FAILED total 6m50s  readme ok 6m40s  check rc=1 0m03s  chat not run 0m00s"
+
+
+def test_checkout_copy_is_git_files_only(tmp_path):
+    files = fresh.checkout_files(ROOT)
+    assert "README.md" in files and "scripts/nox.py" in files
+    assert not [f for f in files if f.startswith((".onebit/", ".nox/", ".venv/"))]
+
+
+def test_a_tar_unpacks_without_pep706_filters(tmp_path, monkeypatch):
+    """Debian 12's python3 (3.11.2) has no tarfile filters: the checked members unpack as the 'data' filter would."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("pkg/tool")
+        info.size, info.mode, info.uid, info.uname = 3, 0o4777, 4242, "someone"
+        tar.addfile(info, io.BytesIO(b"abc"))
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(buf.getvalue())
+    monkeypatch.setattr(archives, "HAS_FILTERS", False)
+    assert archives.extract_tar(archive, tmp_path / "out") == 1
+    st = (tmp_path / "out" / "pkg" / "tool").stat()
+    assert stat.S_IMODE(st.st_mode) == 0o755 and st.st_uid == os.getuid()
+
+
+def _bootstrap():
+    spec = importlib.util.spec_from_file_location("bootstrap_nox", ROOT / "scripts" / "nox.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("euid, apt_owns, says", [
+    (1000, True, "as root, apt-get install python3.{minor}-venv, then run this command again"),
+    (0, False, "its venv or ensurepip module is missing"),
+    (1000, False, "its venv or ensurepip module is missing"),
+])
+def test_bootstrap_names_what_to_install_in_one_line(tmp_path, monkeypatch, capsys, euid, apt_owns, says):
+    """Where python3 cannot make a virtual environment with pip and apt cannot (or may not) help: one line, exit 2,
+    nothing left behind."""
+    nox = _bootstrap()
+    import subprocess
+    import sys
+    monkeypatch.setattr(nox, "make_venv", lambda dest: subprocess.CompletedProcess([], 1, "", "ensurepip is not available"))
+    monkeypatch.setattr(nox.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(nox, "apt_owns_interpreter", lambda: apt_owns)
+    monkeypatch.setattr(nox, "install_venv_package", lambda: pytest.fail("apt-get must not run here"))
+    with pytest.raises(SystemExit) as exit_:
+        nox.build(tmp_path / "venv")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and says.format(minor=sys.version_info.minor) in err[0]
+    assert not (tmp_path / "venv").exists()
+
+
+def test_bootstrap_installs_the_venv_package_only_as_root_for_apts_python(tmp_path, monkeypatch):
+    nox = _bootstrap()
+    import subprocess
+    asked = []
+    results = iter([subprocess.CompletedProcess([], 1, "", "ensurepip"), subprocess.CompletedProcess([], 1, "", "x")])
+    monkeypatch.setattr(nox, "make_venv", lambda dest: next(results))
+    monkeypatch.setattr(nox.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(nox, "apt_owns_interpreter", lambda: True)
+    monkeypatch.setattr(nox, "install_venv_package", lambda: asked.append(nox.venv_package()))
+    with pytest.raises(SystemExit):
+        nox.build(tmp_path / "venv")
+    assert asked == [nox.venv_package()] and nox.venv_package().endswith("-venv")
+
+
+def test_sudo_keeps_only_the_settings_that_cross():
+    env = {"PIP_INDEX_URL": "https://i.example/simple", "https_proxy": "http://p:3128", "ONEBIT_CACHE": "/c",
+           "PATH": "/usr/bin", "GITHUB_TOKEN": "t"}
+    assert fresh.sudo_argv(env, "/opt/py/bin/python", ["bookworm", "--keep"]) == [
+        "sudo", "-n", "--preserve-env=PIP_INDEX_URL,https_proxy", "--", "/opt/py/bin/python", "-m", "builders.fresh",
+        "bookworm", "--keep"]
+    assert fresh.sudo_argv({}, "/py", ["trixie"])[:3] == ["sudo", "-n", "--"]
