@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import git
 
+from . import gitcmd
 from .archives import ArchiveError, check_archive_file, extract_tar
 from .config import MIRRORS_ENV, Mirror, Pin, file_sha256
 from .errors import FetchError
@@ -286,19 +287,20 @@ def upstream_pin(pin: Pin) -> Pin | None:
                commit=up["commit"], unresolved=None, mirrors=(), branch=up.get("branch"), raw={}, where=pin.where)
 
 
-# git reads nothing but the mirror's objects: no system or global config, no hooks, no fsmonitor, never a lazy fetch
-# from a partial clone's promisor remote (which would go to the network); the environment is cleared.
-_SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false")
+# git reads nothing but the mirror's objects: hardened the one way (builders/gitcmd.py: no system or global config, no
+# hooks, no fsmonitor, no filter driver), no gc, and never a lazy fetch from a partial clone's promisor remote (which
+# would go to the network).
+_NO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
+_MIRROR_ENV = {"HOME": os.devnull, "LC_ALL": "C", "GIT_NO_LAZY_FETCH": "1"}
 
 
-def _safe_env() -> dict[str, str]:
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.devnull, "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": os.devnull, "GIT_NO_LAZY_FETCH": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_NO_REPLACE_OBJECTS": "1"}
+def _git_argv(*args: str) -> list[str]:
+    return gitcmd.argv([*_NO_GC, *args], allow_file=False)
 
 
 def _git(repo: Path, *args: str, stdin=None, stdout=subprocess.PIPE, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["git", *_SAFE, "-c", f"safe.directory={repo}", "--git-dir", str(repo), *args], stdin=stdin,
-                          stdout=stdout, stderr=subprocess.PIPE, env=_safe_env())
+    proc = subprocess.run(_git_argv("-c", f"safe.directory={repo}", "--git-dir", str(repo), *args), stdin=stdin,
+                          stdout=stdout, stderr=subprocess.PIPE, env=gitcmd.env(_MIRROR_ENV))
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise FetchError(f"git {args[0]} failed: {err[-1] if err else proc.returncode}")
@@ -359,17 +361,17 @@ def copy_from_mirror_dir(pin: Pin, repo: Path, dest: Path, may_lack: Sequence[Ma
                          + " (not matched by its source.may_lack)")
     tmp = _unique_tmp(dest)
     try:
-        subprocess.run(["git", *_SAFE, "init", "--quiet", "--bare", str(tmp)], check=True, capture_output=True,
-                       env=_safe_env())
+        subprocess.run(_git_argv("init", "--quiet", "--bare", str(tmp)), check=True, capture_output=True,
+                       env=gitcmd.env(_MIRROR_ENV))
         ids = tmp / "onebit-objects"
         ids.write_text("".join(f"{oid}\n" for oid in present))
         log(f"copy {len(present)} object(s) of {pin.short} from {repo}" + (f" ({len(absent)} file(s) absent)" if absent else ""))
         with open(ids, "rb") as ins:
-            pack = subprocess.Popen(["git", *_SAFE, "-c", f"safe.directory={repo}", "--git-dir", str(repo), "pack-objects",
-                                     "--stdout", "-q"], stdin=ins, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=_safe_env())
-            index = subprocess.run(["git", *_SAFE, "--git-dir", str(tmp), "index-pack", "--stdin"], stdin=pack.stdout,
-                                   capture_output=True, env=_safe_env())
+            pack = subprocess.Popen(_git_argv("-c", f"safe.directory={repo}", "--git-dir", str(repo), "pack-objects",
+                                               "--stdout", "-q"), stdin=ins, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=gitcmd.env(_MIRROR_ENV))
+            index = subprocess.run(_git_argv("--git-dir", str(tmp), "index-pack", "--stdin"), stdin=pack.stdout,
+                                   capture_output=True, env=gitcmd.env(_MIRROR_ENV))
             assert pack.stdout is not None and pack.stderr is not None
             pack.stdout.close()
             pack_err = pack.stderr.read().decode(errors="replace").strip()
@@ -483,10 +485,10 @@ def worktree_commands(git_dir: str, dest: str, commit: str, absent: Sequence[str
     add = ("git", "--git-dir", git_dir, "worktree", "add", "--quiet", "--force", "--detach")
     if not absent:
         return [add + (dest, commit)]
-    safe = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
-    return [add[:1] + safe + add[1:] + ("--no-checkout", dest, commit),
-            ("git", *safe, "-C", dest, "sparse-checkout", "set", "--no-cone", "/*", *(_sparse_pattern(p) for p in absent)),
-            ("git", *safe, "-C", dest, "reset", "--quiet", "--hard", commit)]
+    # run as plan commands: the executor hardens every git call (builders/gitcmd.py)
+    return [add + ("--no-checkout", dest, commit),
+            ("git", "-C", dest, "sparse-checkout", "set", "--no-cone", "/*", *(_sparse_pattern(p) for p in absent)),
+            ("git", "-C", dest, "reset", "--quiet", "--hard", commit)]
 
 
 # pip's platform tags for the interpreters `bin/1bit` runs on (x86_64 Linux, glibc >= 2.17)
