@@ -262,7 +262,7 @@ class _Root:
         self.written = 0  # bytes of file data written
 
     def readlink(self, rel: str) -> str | None:
-        if rel in self.links:
+        if rel in self.links:  # the package's own links (written last), then what is on disk
             return self.links[rel]
         try:
             st = os.lstat(self.into / rel)
@@ -318,16 +318,14 @@ def _data_tar(deb: Path):
 
 
 def unpack(deb: Path, into: Path) -> int:
-    """Unpack a .deb's data member into `into` (created). Returns how many members were written."""
+    """Unpack a .deb's data member into `into` (created). Returns how many members were written.
+
+    One streaming pass: directories, files and hard links are written as they come, through the links seen so far
+    (resolved by their text); the package's symlinks are written at the end, each checked against all of them."""
     open_tar = _data_tar(deb)
     into.mkdir(parents=True, exist_ok=True)
-    links: dict[str, str] = {}
-    with open(deb, "rb") as f, open_tar(f) as tar:  # first pass: every name checked, the package's links known
-        for m in tar:
-            name = _check(m, deb.name)
-            if m.issym():
-                links[name] = m.linkname
-    root = _Root(into, links)
+    root = _Root(into, {})
+    pending: list[tuple[str, str, str]] = []  # (name, target, member name) of each symlink, in archive order
     count = 0
     with open(deb, "rb") as f, open_tar(f) as tar:
         for m in tar:
@@ -335,11 +333,35 @@ def unpack(deb: Path, into: Path) -> int:
             if not name:  # the root itself
                 count += m.isdir()
                 continue
+            if m.issym():
+                root.links[name] = m.linkname
+                pending.append((name, m.linkname, m.name))
+                continue
+            if name in root.links:  # a later member of that name replaces the link, as tar would
+                del root.links[name]
+                pending = [p for p in pending if p[0] != name]
             try:
                 count += _write(tar, m, name, root, into, deb.name)
             except OSError as exc:
                 raise _refuse(deb.name, m.name, f"cannot be written ({exc.strerror})") from None
+    for name, target, shown in pending:
+        try:
+            count += _write_link(name, target, root, deb.name)
+        except OSError as exc:
+            raise _refuse(deb.name, shown, f"cannot be written ({exc.strerror})") from None
     return count
+
+
+def _write_link(name: str, target: str, root: _Root, deb: str) -> int:
+    """Write one symlink kept inside the root (1), or skip one that leads out (0)."""
+    text = link_in_root(name, target, root.readlink)
+    if text is None:
+        return 0  # a link out of the root: skipped, not followed
+    parent = root.parent(name, deb)
+    where = root.mkdirs(parent, deb) / name.rpartition("/")[2]
+    root.clear(where)
+    os.symlink(text, where)
+    return 1
 
 
 def _write(tar: tarfile.TarFile, m: tarfile.TarInfo, name: str, root: _Root, into: Path, deb: str) -> int:
@@ -350,13 +372,7 @@ def _write(tar: tarfile.TarFile, m: tarfile.TarInfo, name: str, root: _Root, int
         root.mkdirs(rel, deb)
         return 1
     where = root.mkdirs(parent, deb) / name.rpartition("/")[2]
-    if m.issym():
-        text = link_in_root(name, m.linkname, root.readlink)
-        if text is None:
-            return 0  # a link out of the root: skipped, not followed
-        root.clear(where)
-        os.symlink(text, where)
-    elif m.islnk():
+    if m.islnk():
         target = resolve(_check(tarfile.TarInfo(m.linkname), deb), root.readlink, absolute="reroot")
         src = into / target if target else None
         if src is None or not stat.S_ISREG(os.lstat(src).st_mode if os.path.lexists(src) else 0):
