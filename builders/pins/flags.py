@@ -703,7 +703,8 @@ def compare_make(inv: Invocation, new: MakeSide, old: MakeSide | None, *, new_fi
         return before is not None and before.rc is not None and not before.ok and before.problem() == run.problem()
 
     if new.upstream.rc is None:
-        return [Row("not compared", f"make -n {goals}", "", f"make did not finish: {new.upstream.err.strip() or 'timed out'}")]
+        # a commit that makes `make -n` hang (or die) cannot dodge the check that way: the bump is held
+        return [Row(HOLD, f"make -n {goals}", "", f"make did not finish at {new_c}: {new.upstream.err.strip() or 'timed out'}")]
     if not new.upstream.ok:
         gone = missing_goal(new.upstream, inv.goals)
         if gone:
@@ -718,7 +719,7 @@ def compare_make(inv: Invocation, new: MakeSide, old: MakeSide | None, *, new_fi
         return rows
     for key, label, run in (("recipe", "with the recipe's variables", new.recipe), ("ours", "our invocation", new.ours)):
         if run.rc is None:
-            return rows + [Row("not compared", f"make -n {goals}", "", f"{label}: make did not finish: {run.err.strip() or 'timed out'}")]
+            return rows + [Row(HOLD, f"make -n {goals}", "", f"{label}: make did not finish at {new_c}: {run.err.strip() or 'timed out'}")]
         if not run.ok and same_failure(key, run):
             return rows + [Row("not compared", f"make -n {goals}", "", f"{label} fails here at both commits: {run.problem()}")]
         if not run.ok:
