@@ -14,7 +14,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from builders import config, debs, host, manifest, roots, sandbox
+from builders import config, debs, host, manifest, roots, sandbox, toolchain_record
 from builders.cli import main
 from builders.execute import Executor
 from builders.plan import all_tools, make_plan
@@ -231,8 +231,15 @@ def test_a_small_real_root_is_resolved_assembled_once_and_entered_by_the_build(t
     assert cp.found and cp.path == "/usr/bin/cp" and int(cp.version.split(".")[0]) >= 9  # asked inside the root
     plan = make_plan(project, "mini", facts, lay)
     assert plan.missing == [] and plan.step("root:tiny").data.dest == str(dest)
+    full = list(plan.steps)
     plan.steps = [s for s in plan.steps if s.action in ("fetch", "source", "root", "build", "stage")]
     Executor(plan, project, console=Console(file=io.StringIO())).run()
+    # toolchain.json: the root's tools as asked inside it, and the root itself (content address, glibc, packages)
+    probed = toolchain_record.probe(toolchain_record.tools_of(plan, project), cache / "toolchains", roots={"tiny": str(dest)})
+    record = toolchain_record.for_plan(replace(plan, steps=full), project, probed, lambda d: {})["variants"]["rooted"]
+    assert record["tools"]["cp"] == cp.version and "toolchain_overrides" not in record
+    assert (record["build_root"]["key"], record["build_root"]["glibc"]) == (pin.key, meta["glibc"])
+    assert len(record["build_root"]["packages"]) == len(pin.resolved)
     build = Path(plan.step("build:rooted").data.build_dir)
     coreutils = next(d.version for d in pin.resolved if d.package == "coreutils").split("-")[0]
     assert f"(GNU coreutils) {coreutils}\n" in (build / "cp-version").read_text()  # the root's cp, not the host's
