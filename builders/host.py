@@ -147,7 +147,7 @@ def detect_in_root(tool: Tool, env: Mapping[str, str], root_dir: Path | None) ->
 
 def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = None,
                 roots: Mapping[str, str] | None = None) -> ToolFact:
-    if tool.root:
+    if tool.root and not (tool.wheels or tool.debs):  # a pinned input (the Vulkan SDK) stays one, bound into the root
         where = (roots or {}).get(tool.root)
         return detect_in_root(tool, env, Path(where) if where else None)
     if tool.pkgconfig:

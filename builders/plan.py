@@ -426,8 +426,9 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
         ro += [s.data.dir for s in companions]
         if recipe.source.get("wheels"):
             ro.append(str(layout.wheels(wkey)))
-        ro += sorted({f.root for t in variant.toolchain if (f := host.tools.get(t.key)) is not None and f.override
-                      and f.root})
+        # a toolkit an override gave (TheRock), or a pinned toolchain input assembled in the cache (the Vulkan SDK)
+        ro += sorted({f.root for t in variant.toolchain if (f := host.tools.get(t.key)) is not None and f.root
+                      and (f.override or t.wheels or t.debs)})
         root_use = RootUse(name=variant.build_root, dir=host.roots.get(variant.build_root) or str(pin.dest(layout.cache)),
                            key=pin.key, ro=tuple(dict.fromkeys(ro)),
                            rw=(str(build_dir), *([ccache_dir] if ccache else [])),

@@ -319,3 +319,22 @@ def test_the_pin_bot_moves_a_root_reports_the_drift_and_holds_a_rollback(tmp_pat
     index.write_bytes(packages(("other", "1-1", "")))  # the requested package left the suite
     assert main(args) == 1
     assert "refused" in capsys.readouterr().out
+
+
+def test_a_pinned_toolchain_input_of_a_rooted_variant_is_bound_into_the_root(tmp_path):
+    """The Vulkan SDK (pinned Debian packages, assembled in the cache) of a variant that builds in a root stays a
+    toolchain input: its toolchain step, and its root bound read-only into the build root."""
+    import copy
+
+    recipe = PROJECT.recipes["vulkan"]
+    data = copy.deepcopy(recipe.data)
+    data["build"]["root"] = "strix-sid"
+    project = replace(PROJECT, recipes={**PROJECT.recipes, "vulkan": replace(recipe, data=data)})
+    facts = host.gather([t for t in all_tools(project, "vulkan")], env={}, toolchains=tmp_path / "toolchains",
+                        roots={"strix-sid": str(tmp_path / "root")})
+    sdk = next(f for k, f in facts.tools.items() if k.startswith("vulkan-sdk"))
+    assert sdk.root.startswith(str(tmp_path / "toolchains")) and sdk.fetchable
+    plan = make_plan(project, "vulkan", facts, replace(LAYOUT, cache=tmp_path))
+    assert "toolchain:vulkan-sdk" in [s.id for s in plan.steps] and "root:strix-sid" in [s.id for s in plan.steps]
+    argv = plan.step("build:vulkan").commands[0].argv
+    assert argv[argv.index(sdk.root) - 1] == "--ro-bind"
