@@ -184,9 +184,9 @@ def quick_host(monkeypatch):
     real = host.detect_tool
     seen: dict = {}
 
-    def detect(tool, env, toolchains=None):
+    def detect(tool, env, toolchains=None, roots=None):
         if tool not in seen:
-            seen[tool] = real(tool, env, toolchains)
+            seen[tool] = real(tool, env, toolchains, roots)
         return seen[tool]
 
     monkeypatch.setattr(host, "detect_tool", detect)
