@@ -20,8 +20,8 @@ from .errors import BuildError, StageError
 from .kinds import KINDS
 from .plan import clobbers, may_lack_under
 from .session import log_to, new_console
-from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, SourceData, StageData, Step,
-                         SubmodulesData, ToolchainData, WheelsData)
+from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, RootData, SourceData,
+                         StageData, Step, SubmodulesData, ToolchainData, WheelsData)
 from . import licenses
 from .stage import KEY_FILE
 
@@ -69,7 +69,7 @@ class Executor:
             return fetch.cached(Path(d.dest), d.commit, d.may_lack)
         if isinstance(d, WheelsData):
             return (Path(d.dir) / ".complete").is_file()
-        if isinstance(d, ToolchainData):
+        if isinstance(d, (ToolchainData, RootData)):
             return (Path(d.dest) / ".complete").is_file()
         if isinstance(d, SubmodulesData):
             return Path(d.lock).is_file()
@@ -151,6 +151,8 @@ class Executor:
         argv = list(cmd.argv)
         if argv[:1] == ["git"]:  # every git call hardened the one way (builders/gitcmd.py)
             argv, env = gitcmd.argv(argv[1:]), gitcmd.env(base=env)
+        for d in cmd.mkdirs:
+            Path(d).mkdir(parents=True, exist_ok=True)
         log.write(f"$ {cmd.shell()}\n")
         log.flush()
         try:
@@ -202,6 +204,15 @@ class Executor:
                                            debs=d.debs)
         inputs = [w.requirement for w in d.wheels] + [x.name for x in d.debs]
         self.log(f"{d.tool}: {', '.join(inputs)}: {how}")
+
+    def do_root(self, step: Step, progress, task) -> None:
+        from . import roots
+
+        d: RootData = step.data
+        pin = self.project.roots[d.name]
+        how = roots.assemble(pin, self.layout.downloads(), Path(d.dest), offline=self.offline,
+                             log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.log(f"build root {d.name} ({d.key[:16]}): {how}")
 
     def do_submodules(self, step: Step, progress, task) -> None:
         d: SubmodulesData = step.data
@@ -357,7 +368,8 @@ class Executor:
         text = manifest.dumps(doc)
         (nxt / "manifest.json").write_text(text)
         # what this build knew (toolchain versions, sources, dropped shader features) travels beside its bundle
-        facts = toolchain_record.probe(toolchain_record.tools_of(self.plan, self.project), self.layout.cache / "toolchains")
+        facts = toolchain_record.probe(toolchain_record.tools_of(self.plan, self.project), self.layout.cache / "toolchains",
+                                       roots={s.data.name: s.data.dest for s in self.plan.steps if s.action == "root"})
         record = toolchain_record.for_plan(self.plan, self.project, facts, lambda d: _notes(Path(d)))
         (nxt / toolchain_record.FILE).write_text(toolchain_record.dumps(record))
         bundle.write_metapackage(bundle=self.plan.bundle, version=self.plan.version, build_number=self.plan.build_number,
@@ -395,6 +407,7 @@ ACTIONS: dict[str, Callable[[Executor, Step, Progress, object], None]] = {
     "crates": Executor.do_crates,
     "hf": Executor.do_hf,
     "toolchain": Executor.do_toolchain,
+    "root": Executor.do_root,
     "wheels": Executor.do_wheels,
     "build": Executor.do_build,
     "stage": Executor.do_stage,

@@ -181,6 +181,10 @@ def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) 
             log(f"test '{test.name}' of {data.variant} needs {test.needs}: {', '.join(sorted(seen))} present, running it")
         argv = [str(base / test.run[0])] + [a.format(**data.test_values) for a in test.run[1:]]
         env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        if data.build_root:  # built against the root's libraries: run where they are, the staged tree read-only
+            from .roots import enter
+
+            argv = list(enter(argv, root_dir=data.build_root, env={}, cwd=str(prefix), ro=(str(prefix),), rw=()))
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, cwd=prefix, timeout=test.timeout, env=env)
         except subprocess.TimeoutExpired:

@@ -171,6 +171,7 @@ def project(tmp_path_factory) -> Path:
     shutil.copy(ROOT / "pins.yaml", root / "pins.yaml")
     shutil.copytree(ROOT / "recipes", root / "recipes")
     shutil.copytree(ROOT / "bundles", root / "bundles")
+    shutil.copytree(ROOT / "roots", root / "roots")
     (root / "onebit").mkdir()
     return root
 
@@ -183,9 +184,9 @@ def quick_host(monkeypatch):
     real = host.detect_tool
     seen: dict = {}
 
-    def detect(tool, env, toolchains=None):
+    def detect(tool, env, toolchains=None, roots=None):
         if tool not in seen:
-            seen[tool] = real(tool, env, toolchains)
+            seen[tool] = real(tool, env, toolchains, roots)
         return seen[tool]
 
     monkeypatch.setattr(host, "detect_tool", detect)
