@@ -162,7 +162,7 @@ ZINC = Adapter(
 # --- ds4 (DwarfStar) -------------------------------------------------------------------------------------------------
 # antirez/ds4 ds4_server.c parse_options(): -m/--model FILE, -c/--ctx N, --host HOST (default 127.0.0.1),
 # --port N (default 8000), -t/--threads N, and the backend as --metal | --cuda | --cpu | --backend NAME.
-# The ROCm build is the pinned `rocm` branch (7a751eb5), whose parser has no rocm backend: ds4_server.c:7968-7974
+# The ROCm build is the pinned `rocm` branch (7a751eb5), whose parser has no rocm backend: ds4_server.c:7968-7975
 # parse_backend_arg accepts exactly metal, cuda and cpu ("valid server backends are: metal, cuda, cpu", exit 2 for
 # anything else, so `--backend rocm` never starts), and the ROCm build IS the CUDA backend compiled by hipcc: Makefile
 # :24-34 (GPU_BACKEND=rocm) builds ds4_cuda.cu with $(ROCM_PATH)/bin/hipcc, ds4_cuda.cu:1-2 includes ds4_rocm.h
