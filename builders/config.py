@@ -171,6 +171,7 @@ class Variant:
     depends: tuple[str, ...] = ()  # run requirements of its package (conda match specs; virtual packages)
     path: tuple[str, ...] = ()  # folders put first on PATH for the build's commands (toolchain roots' bin/)
     strip: str | None = None  # "debug": strip the debug sections of what ships
+    offload_targets: tuple[str, ...] = ()  # the GPU targets every shipped HIP file must carry exactly (gfx1151)
 
     @property
     def id(self) -> str:
@@ -268,6 +269,7 @@ class Recipe:
             depends=tuple(self.data.get("requirements", {}).get("run", [])) + tuple(over.get("requirements", {}).get("run", [])),
             path=tuple(vbuild.get("path", build.get("path", []))),
             strip=vstage.get("strip", stage.get("strip")),
+            offload_targets=tuple(vstage.get("offload_targets", stage.get("offload_targets", []))),
         )
 
 

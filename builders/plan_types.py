@@ -175,6 +175,8 @@ class StageData:
     runtime: tuple[RuntimeData, ...] = ()  # copied into root/lib after relocation, with their license files
     strip: str | None = None  # "debug": the debug sections of every shipped ELF file are stripped
     toolchains: tuple[str, ...] = ()  # the variant's toolchain roots: an RPATH into one is dropped (link-time only)
+    offload_targets: tuple[str, ...] = ()  # every shipped HIP file carries exactly these GPU targets (builders/offload.py)
+    tools_root: str | None = None  # the build root whose LLVM tools list them (None: the host's)
 
 
 @dataclass(frozen=True)
