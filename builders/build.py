@@ -22,7 +22,7 @@ def build(planned: Callable[[], tuple[Project, Plan]], *, offline: bool = False,
     """planned(): the project and its plan, asked again once pinned toolchains are assembled. Returns what ran."""
     project, plan = planned()
     preflight(plan.layout)
-    toolchains = [s for s in plan.steps if s.action == "toolchain"]
+    toolchains = [s for s in plan.steps if s.action in ("toolchain", "root")]
     if plan.only_fetchable_missing() and toolchains:
         refuse(plan, tools=False)
         with locked(plan.layout, out=False):

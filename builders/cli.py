@@ -22,7 +22,8 @@ from .session import console, default_cache, layout_for, locked, parse_overrides
 def _plan(args) -> tuple[config.Project, Plan]:
     project = config.load_project(args.root)
     lay = layout_for(args, args.bundle)
-    facts = host.gather(all_tools(project, args.bundle), toolchains=lay.cache / "toolchains")
+    facts = host.gather(all_tools(project, args.bundle), toolchains=lay.cache / "toolchains",
+                        roots={name: str(pin.dest(lay.cache)) for name, pin in project.roots.items()})
     only = set(args.only) if getattr(args, "only", None) else None
     plan = make_plan(project, args.bundle, facts, lay, build_number=args.build_number, only=only,
                      overrides=parse_overrides(getattr(args, "set", None) or []))
@@ -131,7 +132,7 @@ def cmd_fetch(args) -> int:
     return 0
 
 
-FETCH_ACTIONS = ("fetch", "wheels", "toolchain", "submodules", "hf", "crates")
+FETCH_ACTIONS = ("fetch", "wheels", "toolchain", "root", "submodules", "hf", "crates")
 
 
 def cmd_build(args) -> int:
@@ -178,6 +179,52 @@ def cmd_patches(args) -> int:
             table.add_row(recipe.name, r.patch, r.status, " ".join(x for x in (r.file or "", r.hunk or "") if x) or r.detail)
     Console().print(table)
     return 1 if failed else 0
+
+
+def _root_pin(args):
+    from . import roots
+
+    found, problems = roots.load_roots(Path(args.root) / "roots")
+    if problems:
+        from .errors import ValidationError
+        raise ValidationError(problems)
+    if args.name not in found:
+        raise OnebitError(f"no build root named {args.name!r}", hint=f"roots/ has: {', '.join(sorted(found)) or 'nothing'}")
+    return found[args.name]
+
+
+def cmd_roots(args) -> int:
+    """`roots resolve NAME`: the closure from the suites' Packages indexes, written into roots/NAME.yaml;
+    `roots assemble NAME`: fetch, verify and assemble it into the cache; `roots show NAME`: what it holds."""
+    import time
+
+    from . import roots
+    from .lock import hold
+
+    pin = _root_pin(args)
+    say = lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True)  # noqa: E731
+    if args.action == "resolve":
+        started = time.monotonic()
+        with hold(pin.path, "root pin file"):
+            resolved, changes = roots.resolve_file(pin, write=not args.dry_run, log=say)
+        for line in roots.describe(changes):
+            say(f"  {line}")
+        size = sum(d.size for d in resolved)
+        say(f"{pin.name}: {len(resolved)} packages, {size / 2**20:.1f} MiB to download; {len(changes)} change(s)"
+            f"{' (not written: --dry-run)' if args.dry_run and changes else ''} in {time.monotonic() - started:.0f} s")
+        return 0
+    cache = Path(args.cache) if args.cache else default_cache()
+    dest = pin.dest(cache)
+    if args.action == "assemble":
+        started = time.monotonic()
+        how = roots.assemble(pin, cache / "downloads", dest, offline=args.offline, log=say)
+        say(f"{pin.name}: {how} at {dest} in {time.monotonic() - started:.0f} s")
+        return 0
+    meta = roots.metadata(dest)
+    say(f"{pin.name}: {len(pin.resolved)} packages, {pin.download_size / 2**20:.1f} MiB, snapshot {pin.snapshot}, "
+        f"key {pin.key[:16]}, {'assembled at ' + str(dest) if meta else 'not assembled'}"
+        + (f", glibc {meta['glibc']}" if meta else ""))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -231,6 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("recipe", nargs="*")
     s.add_argument("--offline", action="store_true")
     s.set_defaults(func=cmd_patches)
+
+    s = sub.add_parser("roots", help="pinned build roots (roots/NAME.yaml): resolve the closure, assemble, show")
+    s.add_argument("action", choices=["resolve", "assemble", "show"])
+    s.add_argument("name", metavar="NAME")
+    s.add_argument("--dry-run", action="store_true", help="resolve: print what would change, write nothing")
+    s.add_argument("--offline", action="store_true", help="assemble: only from the download cache")
+    s.set_defaults(func=cmd_roots)
 
     from .release.cli import register as register_release
     register_release(sub)

@@ -126,21 +126,26 @@ class Tool:
     pkgconfig: str | None = None
     wheels: tuple[WheelInput, ...] = ()  # a toolchain input assembled from wheels fetched and verified into the cache
     debs: tuple[DebInput, ...] = ()  # a toolchain input assembled from Debian packages fetched and verified likewise
+    in_root: str | None = None  # the tool's absolute path inside the variant's build root (`{tool:T:root}` is /usr)
+    root: str | None = None  # the build root the variant runs in (set from build.root): the tool is looked up there
 
     @property
     def pinned(self) -> bool:
-        """Whether the fetch step provides this tool (its `env` then overrides the pinned copy)."""
-        return bool(self.wheels or self.debs)
+        """Whether the fetch step provides this tool (its `env` then overrides the pinned copy): pinned inputs, or
+        the variant's build root."""
+        return bool(self.wheels or self.debs or self.root)
 
     @property
     def key(self) -> str:
-        return f"{self.tool}@{self.env}" if self.env else self.tool
+        base = f"{self.tool}@{self.env}" if self.env else self.tool
+        return f"{base}[{self.root}]" if self.root else base
 
 
-def _tool(data: dict) -> "Tool":
+def _tool(data: dict, root: str | None = None) -> "Tool":
     wheels = tuple(WheelInput(**{**w, "ship": tuple(w.get("ship", ()))}) for w in data.get("wheels", ()))
     debs = tuple(DebInput(**d) for d in data.get("debs", ()))
-    return Tool(**{**{k: v for k, v in data.items() if k not in ("wheels", "debs")}, "wheels": wheels, "debs": debs})
+    return Tool(**{**{k: v for k, v in data.items() if k not in ("wheels", "debs")}, "wheels": wheels, "debs": debs,
+                   "root": root})
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,7 @@ class Variant:
     depends: tuple[str, ...] = ()  # run requirements of its package (conda match specs; virtual packages)
     path: tuple[str, ...] = ()  # folders put first on PATH for the build's commands (toolchain roots' bin/)
     strip: str | None = None  # "debug": strip the debug sections of what ships
+    build_root: str | None = None  # roots/<name>.yaml the build step runs inside (None: the host)
     offload_targets: tuple[str, ...] = ()  # the GPU targets every shipped HIP file must carry exactly (gfx1151)
 
     @property
@@ -242,7 +248,8 @@ class Recipe:
         stage = self.data["stage"]
         vstage = over.get("stage", {})
         provides = {**self.data["provides"], **over.get("provides", {})}
-        tools = [_tool(t) for t in self.data.get("toolchain", [])] + [_tool(t) for t in over.get("toolchain", [])]
+        build_root = vbuild.get("root", build.get("root"))
+        tools = [_tool(t, build_root) for t in self.data.get("toolchain", []) + over.get("toolchain", [])]
         return Variant(
             recipe=self,
             name=name,
@@ -269,6 +276,7 @@ class Recipe:
             depends=tuple(self.data.get("requirements", {}).get("run", [])) + tuple(over.get("requirements", {}).get("run", [])),
             path=tuple(vbuild.get("path", build.get("path", []))),
             strip=vstage.get("strip", stage.get("strip")),
+            build_root=build_root,
             offload_targets=tuple(vstage.get("offload_targets", stage.get("offload_targets", []))),
         )
 
@@ -292,6 +300,7 @@ class Project:
     bundles: dict[str, Bundle]
     pins_doc: yamlio.Document
     digests: dict[str, str] = field(default_factory=dict)  # patch files and local sources, read once at load
+    roots: dict = field(default_factory=dict)  # roots/<name>.yaml: name -> roots.RootPin
 
     def bundle(self, name: str) -> Bundle:
         if name not in self.bundles:
@@ -438,6 +447,16 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
                     f"{doc.where(('source', 'patches', i, 'file'))}: patch file {patch.path.relative_to(root)} does not exist"
                 )
 
+    from .root_pins import load_roots
+
+    build_roots, root_problems = load_roots(root / "roots")
+    problems += root_problems
+    for recipe in recipes.values():
+        for where, name in _root_refs(recipe):
+            if name not in build_roots and not any(p.startswith(f"roots/{name}.yaml") or f"/roots/{name}.yaml:" in p
+                                                   for p in root_problems):
+                problems.append(f"{where}: unknown build root {name!r}; roots/ has: {', '.join(sorted(build_roots)) or 'nothing'}")
+
     bundles: dict[str, Bundle] = {}
     for path, doc in valid_docs("bundles", "bundle"):
         data = doc.data
@@ -477,4 +496,17 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         local = recipe.source.get("local")
         if local and (root / local).is_dir():
             digests[f"local:{local}"] = tree_digest(root / local)
-    return Project(root=root, pins=pins, recipes=recipes, bundles=bundles, pins_doc=pins_doc, digests=digests)
+    return Project(root=root, pins=pins, recipes=recipes, bundles=bundles, pins_doc=pins_doc, digests=digests,
+                   roots=build_roots)
+
+
+def _root_refs(recipe: Recipe) -> list[tuple[str, str]]:
+    """(file:line, name) of every build root a recipe or one of its variants names."""
+    out = []
+    if recipe.data["build"].get("root"):
+        out.append((recipe.doc.where(("build", "root")), recipe.data["build"]["root"]))
+    for name, over in (recipe.data.get("variants") or {}).items():
+        r = ((over or {}).get("build") or {}).get("root")
+        if r:
+            out.append((recipe.doc.where(("variants", name, "build", "root")), r))
+    return out

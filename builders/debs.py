@@ -199,9 +199,14 @@ class _Slice:
         return data
 
 
-def _keep(member: tarfile.TarInfo, dest: str, deb: str) -> tarfile.TarInfo | None:
+def _keep(member: tarfile.TarInfo, dest: str, deb: str, keep_absolute_links: bool = False) -> tarfile.TarInfo | None:
     """The project's member check (builders.archives) on the name, then tarfile's data filter, except that a link
-    pointing outside the tree is skipped instead of failing the unpack."""
+    pointing outside the tree is skipped instead of failing the unpack. keep_absolute_links (a build root, which is
+    entered as /): an absolute symlink becomes the relative link to the same path inside the tree, so it points
+    there on the host too."""
+    if keep_absolute_links and member.issym() and member.linkname.startswith("/"):
+        here = os.path.dirname("/" + member.name.removeprefix("./").lstrip("/"))
+        member = member.replace(linkname=os.path.relpath(os.path.normpath(member.linkname), here), deep=False)
     why = member_problem(member.name.removeprefix("./") or ".",
                          is_special=not (member.isfile() or member.isdir() or member.issym() or member.islnk()))
     if why:
@@ -216,8 +221,9 @@ def _keep(member: tarfile.TarInfo, dest: str, deb: str) -> tarfile.TarInfo | Non
                          hint="the package is corrupt or not what was pinned: delete it from the download cache") from None
 
 
-def unpack(deb: Path, into: Path) -> int:
-    """Unpack a .deb's data member into `into` (created). Returns how many members were written."""
+def unpack(deb: Path, into: Path, *, keep_absolute_links: bool = False) -> int:
+    """Unpack a .deb's data member into `into` (created). Returns how many members were written.
+    keep_absolute_links: see `_keep` (a build root)."""
     data = [(n, o, s) for n, o, s in ar_members(deb) if n.startswith("data.tar")]
     if len(data) != 1:
         raise FetchError(f"{deb.name}: expected one data.tar member, found {len(data)}")
@@ -235,7 +241,7 @@ def unpack(deb: Path, into: Path) -> int:
             stream, mode = raw, "r|*"
         with tarfile.open(fileobj=stream, mode=mode) as tar:
             for m in tar:
-                kept = _keep(m, str(into), deb.name)
+                kept = _keep(m, str(into), deb.name, keep_absolute_links)
                 if kept is None:
                     continue
                 tar.extract(kept, into, filter="fully_trusted")  # the member was filtered above

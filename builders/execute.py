@@ -20,8 +20,8 @@ from .errors import BuildError, StageError
 from .kinds import KINDS
 from .plan import clobbers
 from .session import log_to, new_console
-from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, SourceData, StageData, Step,
-                         SubmodulesData, ToolchainData, WheelsData)
+from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, RootData, SourceData,
+                         StageData, Step, SubmodulesData, ToolchainData, WheelsData)
 from . import licenses
 from .stage import KEY_FILE
 
@@ -69,7 +69,7 @@ class Executor:
             return fetch.cached(Path(d.dest), d.commit)
         if isinstance(d, WheelsData):
             return (Path(d.dir) / ".complete").is_file()
-        if isinstance(d, ToolchainData):
+        if isinstance(d, (ToolchainData, RootData)):
             return (Path(d.dest) / ".complete").is_file()
         if isinstance(d, SubmodulesData):
             return Path(d.lock).is_file()
@@ -148,6 +148,8 @@ class Executor:
 
     def _run_one(self, cmd: Command, log, progress: Progress, task, label: str = "") -> str:
         env = cmd.environ(os.environ)
+        for d in cmd.mkdirs:
+            Path(d).mkdir(parents=True, exist_ok=True)
         log.write(f"$ {cmd.shell()}\n")
         log.flush()
         try:
@@ -197,6 +199,15 @@ class Executor:
                                            debs=d.debs)
         inputs = [w.requirement for w in d.wheels] + [x.name for x in d.debs]
         self.log(f"{d.tool}: {', '.join(inputs)}: {how}")
+
+    def do_root(self, step: Step, progress, task) -> None:
+        from . import roots
+
+        d: RootData = step.data
+        pin = self.project.roots[d.name]
+        how = roots.assemble(pin, self.layout.downloads(), Path(d.dest), offline=self.offline,
+                             log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+        self.log(f"build root {d.name} ({d.key[:16]}): {how}")
 
     def do_submodules(self, step: Step, progress, task) -> None:
         d: SubmodulesData = step.data
@@ -357,6 +368,7 @@ ACTIONS: dict[str, Callable[[Executor, Step, Progress, object], None]] = {
     "crates": Executor.do_crates,
     "hf": Executor.do_hf,
     "toolchain": Executor.do_toolchain,
+    "root": Executor.do_root,
     "wheels": Executor.do_wheels,
     "build": Executor.do_build,
     "stage": Executor.do_stage,

@@ -27,12 +27,17 @@ class ToolFact:
     found: bool
     version: str | None = None
     root: str | None = None
+    override: str | None = None  # the variable that replaced the pinned input or build root (VULKAN_SDK, CUDA_HOME,
+    #                              ONEBIT_*_TOOLCHAIN): recorded in the build string and the manifest
+    fetchable: bool = False  # absent until the fetch step assembles its pinned input or build root
 
 
 @dataclass(frozen=True)
 class HostFacts:
     tools: Mapping[str, ToolFact] = field(default_factory=dict)
     net_cut: tuple[str, ...] = ()  # argv prefix that runs a command without network; () where the host can't
+    sandbox: str | None = None  # why this host cannot enter a build root (sandbox.why_unavailable), None: it can
+    roots: Mapping[str, str] = field(default_factory=dict)  # build root name -> its assembled directory in the cache
     jobs: int = 2
     python: str = sys.executable
     platform: str = "linux-64"
@@ -85,14 +90,74 @@ def header_version(name: str, text: str) -> str | None:
     return f"{complete.group(1)}.{complete.group(2)}.{patch.group(1)}"
 
 
-def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = None) -> ToolFact:
+ROOT_PREFIX = "/usr"  # `{tool:T:root}` of a tool found in a build root: Debian's prefix (ROCM_PATH=/usr)
+ROOT_BIN = ("usr/bin", "usr/sbin")
+
+
+def _in_root_run(root_dir: Path, argv: list[str]) -> str | None:
+    """A tool's --version answer, asked inside the build root (its own loader and libraries)."""
+    from . import sandbox
+
+    if sandbox.why_unavailable() is not None:
+        return None
+    try:
+        proc = sandbox.run(sandbox.Sandbox(root=str(root_dir), timeout=30), argv)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_version(proc.stdout + "\n" + proc.stderr)
+
+
+def detect_in_root(tool: Tool, env: Mapping[str, str], root_dir: Path | None) -> ToolFact:
+    """A tool of a variant that builds inside a build root: its `env`, when set, overrides the root's copy with a
+    toolkit of the host (found as detect_tool finds it, bound read-only into the root); otherwise it is looked up
+    inside the root (`in_root`, or its name in /usr/bin and /usr/sbin) and asked its version there."""
+    if tool.env and env.get(tool.env):
+        import dataclasses
+
+        fact = detect_tool(dataclasses.replace(tool, root=None, wheels=(), debs=()), env)
+        return dataclasses.replace(fact, key=tool.key, override=tool.env)
+    inside = tool.in_root
+    assembled = root_dir is not None and (root_dir / ".complete").is_file()
+    if tool.pkgconfig:
+        version = None
+        if assembled:
+            from . import sandbox
+
+            if sandbox.why_unavailable() is None:
+                proc = sandbox.run(sandbox.Sandbox(root=str(root_dir), timeout=30),
+                                   ["pkg-config", "--modversion", tool.pkgconfig])
+                version = parse_version(proc.stdout) if proc.returncode == 0 else None
+        return ToolFact(tool.key, f"pkg-config:{tool.pkgconfig}", version is not None, version, ROOT_PREFIX,
+                        fetchable=not assembled)
+    if inside is None:
+        inside = f"/{ROOT_BIN[0]}/{tool.tool}"
+        if assembled:
+            inside = next((f"/{d}/{tool.tool}" for d in ROOT_BIN if (root_dir / d / tool.tool).is_file()), inside)
+    if not assembled:
+        return ToolFact(tool.key, inside, False, None, ROOT_PREFIX, fetchable=True)
+    host_path = root_dir / inside.lstrip("/")
+    found = host_path.is_file()
+    version = None
+    if found and tool.version and os.access(host_path, os.X_OK):
+        version = _in_root_run(root_dir, [inside, "--version"]) or _in_root_run(root_dir, [inside, "version"])
+    elif found and tool.version and host_path.suffix == ".h":
+        version = header_version(host_path.name, host_path.read_text(errors="replace")[:400_000])
+    return ToolFact(tool.key, inside, found, version, ROOT_PREFIX)
+
+
+def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = None,
+                roots: Mapping[str, str] | None = None) -> ToolFact:
+    if tool.root:
+        where = (roots or {}).get(tool.root)
+        return detect_in_root(tool, env, Path(where) if where else None)
     if tool.pkgconfig:
         pc = shutil.which("pkg-config")
         version = _run_version([pc, "--modversion", tool.pkgconfig]) if pc else None
         return ToolFact(tool.key, f"pkg-config:{tool.pkgconfig}", version is not None, version)
     if tool.env or tool.path:
         root = env.get(tool.env, "") if tool.env else ""
-        if not root and tool.pinned and toolchains is not None:  # the variable is an override of the pinned inputs
+        override = tool.env if root and tool.pinned else None  # the variable is an override of the pinned inputs
+        if not root and tool.pinned and toolchains is not None:
             root = str(pinned_root(tool, toolchains))
         root = root or tool.default or ""
         exe = Path(root) / (tool.path or tool.tool)
@@ -104,7 +169,8 @@ def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = No
                 version = _run_version([str(exe), "--version"]) or _run_version([str(exe), "version"])
             elif exe.suffix == ".h":
                 version = header_version(exe.name, exe.read_text(errors="replace")[:400_000])
-        return ToolFact(tool.key, str(exe), found, version, root)
+        return ToolFact(tool.key, str(exe), found, version, root, override=override,
+                        fetchable=tool.pinned and not override and not found)
     path = shutil.which(tool.tool, path=env.get("PATH"))
     if path is None:
         return ToolFact(tool.key, tool.tool, False)
@@ -129,11 +195,20 @@ def probe_net_cut() -> tuple[str, ...]:
     return ()
 
 
-def gather(tools: Iterable[Tool], env: Mapping[str, str] | None = None, *, toolchains: Path | None = None) -> HostFacts:
-    """toolchains: the cache folder where the toolchain step assembles wheel toolchain inputs."""
+def gather(tools: Iterable[Tool], env: Mapping[str, str] | None = None, *, toolchains: Path | None = None,
+           roots: Mapping[str, str] | None = None) -> HostFacts:
+    """toolchains: the cache folder where the toolchain step assembles wheel toolchain inputs; roots: each build
+    root's assembled directory (asked only when a tool lives in one, and then whether this host can enter it)."""
     env = dict(os.environ if env is None else env)
     facts: dict[str, ToolFact] = {}
+    tools = list(tools)
     for tool in tools:
         if tool.key not in facts:
-            facts[tool.key] = detect_tool(tool, env, toolchains)
-    return HostFacts(tools=facts, net_cut=probe_net_cut(), jobs=os.cpu_count() or 2, python=sys.executable)
+            facts[tool.key] = detect_tool(tool, env, toolchains, roots)
+    why = None
+    if any(t.root for t in tools):
+        from . import sandbox
+
+        why = sandbox.why_unavailable()
+    return HostFacts(tools=facts, net_cut=probe_net_cut(), jobs=os.cpu_count() or 2, python=sys.executable,
+                     sandbox=why, roots=dict(roots or {}))

@@ -21,7 +21,7 @@ from .errors import OnebitError
 from .host import HostFacts, ToolFact, version_ok, pinned_root
 from .kinds import KINDS, KindContext, flags
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, CratesData, ExtraSource, FetchData, HfData,
-                         Layout, PackageData, Plan, RecipeTest, RuntimeData, SourceData, StageData, Step,
+                         Layout, PackageData, Plan, RecipeTest, RootData, RuntimeData, SourceData, StageData, Step,
                          SubmodulesData, ToolchainData, WheelsData, digest)
 
 BUILDER_VERSION = "5"  # bump to invalidate every build step key (5: serve vendors one wheel set per CPython)
@@ -63,10 +63,19 @@ def missing_tools(variant: Variant, facts: Mapping[str, ToolFact], *, fetchable_
         fact = facts.get(tool.key)
         label = f"{tool.tool}{' ' + tool.version if tool.version else ''}"
         why = f" ({tool.why})" if tool.why else ""
-        if fetchable_only and not (tool.pinned and fact is not None and not fact.found):
+        fetchable = fact is not None and not fact.found and (fact.fetchable or (
+            tool.pinned and not tool.root and fact.override is None))
+        if fetchable_only and not fetchable:
             continue
         if fact is None or not fact.found:
-            if tool.pinned and fact is not None:
+            if tool.root and fact is not None and fact.override is None:
+                out.append(f"{label} for {variant.id}: " + (
+                    f"build root {tool.root} is not assembled; `1bit-build fetch BUNDLE` downloads its packages "
+                    f"(sha256-checked) and assembles it" if fact.fetchable else
+                    f"not in build root {tool.root} at {fact.path}; add its package to roots/{tool.root}.yaml and run "
+                    f"`1bit-build roots resolve {tool.root}`")
+                    + (f", or set {tool.env} to override it with a toolkit" if tool.env else "") + why)
+            elif tool.pinned and fact is not None and fetchable:
                 inputs = [w.requirement for w in tool.wheels] + [d.name for d in tool.debs]
                 out.append(f"{label} for {variant.id}: not at {fact.path}; `1bit-build fetch BUNDLE` downloads "
                            f"{', '.join(inputs)} (sha256-checked) into the cache"
@@ -92,11 +101,26 @@ def apply_overrides(variant: Variant, overrides: Mapping[str, Mapping[str, str]]
     return out
 
 
-def build_string(variant: Variant, short: str, build_number: int, overrides: Mapping[str, str]) -> str:
-    """`<variant>_h<commit7>_<n>`; with overrides `<variant>_h<commit7>_set<hash6>_<n>`, so such a build never passes
-    for the release one."""
+def build_string(variant: Variant, short: str, build_number: int, overrides: Mapping[str, str],
+                 toolchain_overrides: Mapping[str, str] | None = None) -> str:
+    """`<variant>_h<commit7>_<n>`; with --set overrides `<variant>_h<commit7>_set<hash6>_<n>`, with a toolchain taken
+    from the environment instead of its pinned input or build root (VULKAN_SDK, CUDA_HOME, ONEBIT_*_TOOLCHAIN)
+    `..._env<hash6>_<n>`: such a build never passes for the release one."""
     tag = f"_set{digest(sorted(overrides.items()))[:6]}" if overrides else ""
+    if toolchain_overrides:
+        tag += f"_env{digest(sorted(toolchain_overrides.items()))[:6]}"
     return f"{variant.name}_h{short}{tag}_{build_number}"
+
+
+def toolchain_overrides(variant: Variant, facts: Mapping[str, ToolFact]) -> dict[str, str]:
+    """Pure: the variables that replaced a pinned toolchain input or the build root's copy for this variant, with
+    the toolkit root each gave (the manifest's `toolchain_overrides`)."""
+    out = {}
+    for tool in variant.toolchain:
+        fact = facts.get(tool.key)
+        if fact is not None and fact.override:
+            out[fact.override] = fact.root or ""
+    return dict(sorted(out.items()))
 
 
 # ---- planners: one per step action ---------------------------------------------------------------------------------
@@ -268,6 +292,22 @@ def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[St
     return out
 
 
+def plan_root(project: Project, variant: Variant, host: HostFacts, layout: Layout) -> list[Step]:
+    """The build root the variant runs in: every package fetched by pool path and sha256, assembled once into the
+    cache under its content address (shared by every variant that names it)."""
+    name = variant.build_root
+    if not name:
+        return []
+    pin = project.roots[name]
+    dest = host.roots.get(name) or str(pin.dest(layout.cache))
+    return [Step(id=f"root:{name}", action="root",
+                 title=f"fetch {len(pin.resolved)} Debian package(s) ({pin.download_size / 2**20:.0f} MiB, sha256-checked) "
+                       f"and assemble build root {name}",
+                 key=digest("root", pin.key),
+                 commands=(Command(("1bit-build", "roots", "assemble", name)),),
+                 data=RootData(name=name, dest=dest, key=pin.key, where=str(pin.path)))]
+
+
 def wheels_key(recipe: Recipe, host: HostFacts) -> str:
     """The vendored wheels are fetched for every supported CPython (source.pythons), not the build machine's own."""
     return digest("wheels", recipe.source.get("wheels", []), tuple(recipe.source.get("pythons", ())))
@@ -286,6 +326,30 @@ def plan_wheels(recipe: Recipe, host: HostFacts, layout: Layout) -> list[Step]:
                  commands=tuple(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", "--python-version", p,
                                          "--dest", f"{where}/cp{p.replace('.', '')}", *wheels)) for p in pythons),
                  data=WheelsData(dir=str(where), requirements=tuple(wheels), pythons=pythons))]
+
+
+@dataclass(frozen=True)
+class RootUse:
+    """How a variant's commands enter its build root: the root, what is bound read-only and read-write."""
+
+    name: str
+    dir: str  # the assembled root in the cache
+    key: str
+    ro: tuple[str, ...]  # the source (and the git objects its worktree points at), companions, wheels, override toolkits
+    rw: tuple[str, ...]  # the build dir, the compiler cache
+    mkdirs: tuple[str, ...]  # what must exist before bwrap binds it
+
+    def enter(self, commands: Sequence[Command], *, rw: Sequence[str] = ()) -> tuple[Command, ...]:
+        """Pure: each command as run inside the root: bwrap's argv around it, with the command's environment (and
+        PATH folders) as the whole environment inside."""
+        from .roots import enter
+
+        out = []
+        for c in commands:
+            argv = enter(c.argv, root_dir=self.dir, env=dict(c.env), cwd=c.cwd, ro=self.ro, rw=(*self.rw, *rw),
+                         path=c.path)
+            out.append(Command(argv=argv, cwd=c.cwd, mkdirs=self.mkdirs, inside=c))
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -309,14 +373,19 @@ class VariantInputs:
     version: str
     patches: tuple[str, ...]
     path: tuple[str, ...] = ()  # toolchain folders put first on PATH for the build's and the install's commands
+    root: RootUse | None = None  # the build root the commands run inside
 
     @property
     def build_dir(self) -> Path:
         return self.layout.build(self.variant.id)
 
     @property
+    def toolchain_overrides(self) -> dict[str, str]:
+        return toolchain_overrides(self.variant, self.host.tools)
+
+    @property
     def build_string(self) -> str:
-        return build_string(self.variant, self.source.short, self.build_number, self.overrides)
+        return build_string(self.variant, self.source.short, self.build_number, self.overrides, self.toolchain_overrides)
 
 
 def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: Layout, source: Source,
@@ -341,17 +410,38 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
     commands = tuple(tuple(expand(a, values, partial(variant.where, "build", "commands", i, j)) for j, a in enumerate(argv))
                      for i, argv in enumerate(variant.commands))
     install_prefix = f"{INSTALL_PREFIX}/{variant.root}" if variant.root else INSTALL_PREFIX
-    launcher = host.tools.get("ccache")
+    launcher = host.tools.get(f"ccache[{variant.build_root}]" if variant.build_root else "ccache")
     ccache = launcher is not None and launcher.found
+    extra_env = {"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if ccache else {}
+    root_use = None
+    if variant.build_root:
+        pin = project.roots[variant.build_root]
+        ccache_dir = str(layout.cache / "ccache")
+        if ccache:
+            extra_env["CCACHE_DIR"] = ccache_dir  # the sandbox's HOME is private: one compiler cache in the cache dir
+        ro = [source.dir]
+        if source.pin is not None:  # the checkout is a worktree: its .git points at the fetched objects
+            ro.append(str(layout.git_cache(source.commit)))
+            ro += [str(layout.git_cache(project.pins[e["pin"]].commit)) for e in recipe.source.get("extra", [])]
+        ro += [s.data.dir for s in companions]
+        if recipe.source.get("wheels"):
+            ro.append(str(layout.wheels(wkey)))
+        ro += sorted({f.root for t in variant.toolchain if (f := host.tools.get(t.key)) is not None and f.override
+                      and f.root})
+        root_use = RootUse(name=variant.build_root, dir=host.roots.get(variant.build_root) or str(pin.dest(layout.cache)),
+                           key=pin.key, ro=tuple(dict.fromkeys(ro)),
+                           rw=(str(build_dir), *([ccache_dir] if ccache else [])),
+                           mkdirs=(str(build_dir), *([ccache_dir] if ccache else [])))
     ctx = KindContext(
         source=source.dir, build=str(build_dir), destdir=str(layout.stage_tmp(variant.id)), prefix=install_prefix,
         # where this variant's files land: its subtree of the staged prefix (kinds that copy their own install tree)
         staged_prefix=str(layout.staged_prefix(variant.id, tmp=True)) + (f"/{variant.root}" if variant.root else ""),
         build_prefix=str(build_dir / "_prefix"), jobs=host.jobs, build_type=variant.build_type, options=options,
         env=env, targets=variant.targets, commands=commands, launcher=launcher.path if ccache else None,
-        net_cut=host.net_cut if variant.network == "none" else (),
+        # inside a build root the sandbox cuts the network itself
+        net_cut=host.net_cut if variant.network == "none" and not variant.build_root else (),
         # ccache: paths relative to the work dir, so a fresh work dir (CI, tests) still hits the cache
-        extra_env={"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if ccache else {},
+        extra_env=extra_env,
         # no work, cache or $HOME path in what ships (and the same bytes from any work dir and any ccache history)
         maps=tuple(flags.build_maps(source=source.dir, build=str(build_dir), name=source.name, cache=str(layout.cache),
                                     home=host.home)),
@@ -360,7 +450,7 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
                          env=env, commands=commands, ctx=ctx, install_prefix=install_prefix, companions=tuple(companions),
                          wheels_key=wkey if recipe.source.get("wheels") else None, overrides=overrides,
                          build_number=build_number, version=version,
-                         patches=tuple(p.file for p in recipe.patches(project.root)), path=path)
+                         patches=tuple(p.file for p in recipe.patches(project.root)), path=path, root=root_use)
 
 
 def on_path(commands: Sequence[Command], path: Sequence[str]) -> tuple[Command, ...]:
@@ -375,13 +465,17 @@ def plan_build(v: VariantInputs, needs: Sequence[str]) -> Step:
                        for t in variant.toolchain if not t.optional)
     key = digest("build", BUILDER_VERSION, flags.PREFIX_MAPS, v.source.key, variant.kind, v.options, variant.targets,
                  v.env, v.commands, variant.build_type, toolchain, v.wheels_key, v.install_prefix,
-                 *[c.key for c in v.companions], *([v.path] if v.path else []))
+                 *[c.key for c in v.companions], *([v.path] if v.path else []),
+                 *([("root", v.root.name, v.root.key)] if v.root else []),
+                 *([v.toolchain_overrides] if v.toolchain_overrides else []))
+    commands = on_path(KINDS[variant.kind].build(v.ctx), v.path)
+    where = f", in build root {v.root.name}, network cut" if v.root else (", network cut" if v.ctx.net_cut else "")
     return Step(id=f"build:{variant.id}", action="build",
-                title=f"build {variant.id} ({variant.kind}{', network cut' if v.ctx.net_cut else ''})", key=key,
-                commands=on_path(KINDS[variant.kind].build(v.ctx), v.path), needs=tuple(needs),
+                title=f"build {variant.id} ({variant.kind}{where})", key=key,
+                commands=v.root.enter(commands) if v.root else commands, needs=tuple(needs),
                 data=BuildData(variant=variant.id, kind=variant.kind, build_dir=str(v.build_dir), source_dir=v.source.dir,
                                fresh_dir=variant.kind == "script", where=str(variant.recipe.path),
-                               network_isolated=variant.network != "none" or bool(v.host.net_cut),
+                               network_isolated=variant.network != "none" or bool(v.host.net_cut) or bool(v.root),
                                flags=digest(v.ctx.maps)))
 
 
@@ -398,7 +492,9 @@ def manifest_entry(v: VariantInputs) -> dict | None:
         "source": {"pin": source.pin.name, "url": source.pin.url, "commit": source.commit,
                    "patches": list(v.patches)} if source.pin else None,
         "features": list(variant.features), "overrides": dict(v.overrides) or None,
-        "build_network": "not isolated" if variant.network == "none" and not v.host.net_cut else None,
+        "build_network": "not isolated" if variant.network == "none" and not v.host.net_cut and not v.root else None,
+        "toolchain_overrides": v.toolchain_overrides or None,
+        "build_root": {"name": v.root.name, "key": v.root.key[:16]} if v.root else None,
     }
     if variant.provides_env:
         entry["env"] = dict(variant.provides_env)
@@ -424,6 +520,13 @@ def toolchain_roots(v: VariantInputs) -> tuple[str, ...]:
                          and (t.pinned or t.env)}))
 
 
+def _install_commands(v: VariantInputs) -> tuple[Command, ...]:
+    """The build system's install into the DESTDIR; inside the build root when the variant has one (the DESTDIR,
+    which the stage step makes fresh before it runs them, bound read-write)."""
+    commands = on_path(KINDS[v.variant.kind].install(v.ctx), v.path)
+    return v.root.enter(commands, rw=(str(v.layout.stage_tmp(v.variant.id)),)) if v.root else commands
+
+
 def plan_stage(v: VariantInputs, build: Step) -> Step:
     """Install into a DESTDIR, keep what the recipe packages, set RPATH $ORIGIN, check it, run the recipe's tests."""
     variant, layout = v.variant, v.layout
@@ -438,7 +541,7 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
                  *([("offload", variant.offload_targets)] if variant.offload_targets else []))
     return Step(id=f"stage:{variant.id}", action="stage",
                 title=f"stage {variant.id} into a DESTDIR, set RPATH $ORIGIN, check it", key=key,
-                commands=on_path(KINDS[variant.kind].install(v.ctx), v.path) if variant.install == "build-system" else (),
+                commands=_install_commands(v) if variant.install == "build-system" else (),
                 needs=(build.id,),
                 data=StageData(variant=variant.id, package=variant.package_name, stage_root=str(layout.stage(variant.id)),
                                stage_tmp=str(layout.stage_tmp(variant.id)),
@@ -448,7 +551,8 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
                                manifest_entry=entry, build_dir=str(v.build_dir), home=v.host.home, tests=tests,
                                test_values={"commit": v.source.commit or "", "commit7": v.source.short},
                                where=str(variant.recipe.path), runtime=runtime, strip=variant.strip,
-                               toolchains=toolchain_roots(v), offload_targets=variant.offload_targets))
+                               toolchains=toolchain_roots(v), build_root=v.root.dir if v.root else None,
+                               offload_targets=variant.offload_targets))
 
 
 def plan_package(v: VariantInputs, stage: Step) -> Step:
@@ -501,7 +605,8 @@ def variant_steps(project: Project, variant: Variant, host: HostFacts, layout: L
     """The variant's steps, planner by planner, in order; returns its package step."""
     source = plan_source(project, variant, layout, steps)
     companions = [_add(steps, s) for s in plan_companions(variant, source, layout)]
-    inputs = [_add(steps, s) for s in plan_toolchain(variant, host, layout) + plan_wheels(variant.recipe, host, layout)]
+    inputs = [_add(steps, s) for s in plan_root(project, variant, host, layout) + plan_toolchain(variant, host, layout)
+              + plan_wheels(variant.recipe, host, layout)]
     v = variant_inputs(project, variant, host, layout, source, companions, overrides, build_number, version)
     build = _add(steps, plan_build(v, needs=[*([source.step_id] if source.step_id else []), *(s.id for s in inputs + companions)]))
     stage = _add(steps, plan_stage(v, build))
@@ -559,6 +664,10 @@ def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layou
         plan.missing += missing_tools(variant, host.tools)
         plan.fetchable += missing_tools(variant, host.tools, fetchable_only=True)
         packages.append(variant_steps(project, variant, host, layout, bn, version, steps, apply_overrides(variant, overrides)))
+    rooted = sorted({f"{v.id} ({v.build_root})" for v in variants if v.build_root
+                     and (not only or v.id in only or v.recipe.name in only) and not refusal(project, v)})
+    if rooted and host.sandbox:
+        plan.missing.append(f"build roots for {', '.join(rooted)}: {host.sandbox}")
     if packages:
         for s in plan_bundle(bundle, version, bn, packages, layout):
             _add(steps, s)

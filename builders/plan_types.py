@@ -24,6 +24,8 @@ class Command:
     env: tuple[tuple[str, str], ...] = ()  # set over the caller's environment
     unset: tuple[str, ...] = ()  # removed from the caller's environment (a make build inherits no CFLAGS)
     path: tuple[str, ...] = ()  # folders put before the caller's PATH (toolchain roots' bin/: zig, glslc)
+    mkdirs: tuple[str, ...] = ()  # directories the executor makes before running it (a build root's bind sources)
+    inside: "Command | None" = None  # a command run in a build root: itself without bwrap (argv, cwd, env inside)
 
     def shell(self) -> str:
         pairs = [f"{k}={shlex.quote(v)}" for k, v in self.env]
@@ -50,6 +52,8 @@ class Command:
             out["unset"] = list(self.unset)
         if self.path:
             out["path"] = list(self.path)
+        if self.mkdirs:
+            out["mkdirs"] = list(self.mkdirs)
         return out
 
 
@@ -74,6 +78,16 @@ class ToolchainData:
     wheels: tuple[Any, ...]  # config.WheelInput: package, version, sha256, the folder inside the wheel, what ships
     dest: str  # the assembled root
     debs: tuple[Any, ...] = ()  # config.DebInput: pool path and sha256 (a toolchain of Debian packages)
+
+
+@dataclass(frozen=True)
+class RootData:
+    """A build root (roots/<name>.yaml) assembled into the cache under its content address."""
+
+    name: str
+    dest: str
+    key: str
+    where: str
 
 
 @dataclass(frozen=True)
@@ -175,8 +189,8 @@ class StageData:
     runtime: tuple[RuntimeData, ...] = ()  # copied into root/lib after relocation, with their license files
     strip: str | None = None  # "debug": the debug sections of every shipped ELF file are stripped
     toolchains: tuple[str, ...] = ()  # the variant's toolchain roots: an RPATH into one is dropped (link-time only)
+    build_root: str | None = None  # the assembled build root the variant was built in: its tests run inside it too
     offload_targets: tuple[str, ...] = ()  # every shipped HIP file carries exactly these GPU targets (builders/offload.py)
-    tools_root: str | None = None  # the build root whose LLVM tools list them (None: the host's)
 
 
 @dataclass(frozen=True)
@@ -208,7 +222,7 @@ class BundleData:
     to: str = ""  # publish: the out dir
 
 
-Payload = FetchData | WheelsData | ToolchainData | SubmodulesData | CratesData | HfData | SourceData | BuildData | StageData | PackageData | BundleData
+Payload = FetchData | WheelsData | ToolchainData | RootData | SubmodulesData | CratesData | HfData | SourceData | BuildData | StageData | PackageData | BundleData
 
 
 @dataclass(frozen=True, eq=False)

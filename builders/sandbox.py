@@ -54,17 +54,26 @@ def _top_level(root: Path, name: str) -> list[str]:
     return []
 
 
-def argv(sb: Sandbox, command: Sequence[str], *, bwrap: str = BWRAP) -> list[str]:
-    """Pure apart from reading the root's top-level links: the bwrap command line running `command` in `sb`."""
+def argv(sb: Sandbox, command: Sequence[str], *, bwrap: str = BWRAP,
+         links: Mapping[str, str] | None = None) -> list[str]:
+    """Pure apart from reading the root's top-level links: the bwrap command line running `command` in `sb`.
+
+    links: the root's top-level links (name -> target) when the caller knows them, so nothing is read: a plan
+    made before its build root is assembled prints the exact command (roots.TOP_LINKS); the root's etc/ is then
+    taken to exist."""
     base = Path(sb.root) if sb.root else Path("/")
     out = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
            "--unshare-user", "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID)]
     if sb.network:
         out.append("--share-net")
     out += ["--ro-bind", str(base / "usr"), "/usr"]
-    for name in _USRMERGE:
-        out += _top_level(base, name)
-    if (base / "etc").is_dir():
+    if links is not None:
+        for name, target in links.items():
+            out += ["--symlink", target, f"/{name}"]
+    else:
+        for name in _USRMERGE:
+            out += _top_level(base, name)
+    if links is not None or (base / "etc").is_dir():
         out += ["--ro-bind", str(base / "etc"), "/etc"]
     out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME,
             "--tmpfs", "/var", "--dir", "/var/tmp"]

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from onebit.adapters import list_devices
 
-from . import elf, offload, sandbox, toolchain
+from . import elf, offload, toolchain
 from .elf import is_elf
 from .errors import StageError
 from .plan_types import StageData
@@ -147,18 +147,19 @@ def check_rpaths(prefix: Path, forbidden: Sequence[tuple[str, str]]) -> list[str
 # ---- the whole stage step: the executor calls stage_variant and nothing else -----------------------------------
 KEY_FILE = ".onebit-key"
 OFFLOAD_NOTES = ".onebit-offload.json"  # in the build dir, beside the build's notes: the targets the stage found
-LLVM_PATH = "/usr/lib/llvm-22/bin:/usr/bin:/bin"  # where Debian's clang-22 keeps clang-offload-bundler
+LLVM_PATH = ("/usr/lib/llvm-22/bin",)  # where Debian's clang-22 keeps clang-offload-bundler, inside the root
 
 
-def offload_runner(tools_root: str | None) -> offload.Runner:
-    """Runs the offload listing with the build root's own LLVM tools, in the one sandbox (no network, the files bound
-    read-only); on the host's tools where the variant has no build root."""
+def offload_runner(build_root: str | None) -> offload.Runner:
+    """Runs the offload listing with the build root's own LLVM tools (Debian's clang-22 keeps clang-offload-bundler
+    in /usr/lib/llvm-22/bin), entered as the build step enters it (no network, the files bound read-only); on the
+    host's tools where the variant has no build root."""
     def run(argv, visible: Path) -> subprocess.CompletedProcess:
-        if tools_root is None:
-            return subprocess.run(list(argv), capture_output=True, text=True, timeout=600)
-        sb = sandbox.Sandbox(env={"PATH": LLVM_PATH, "LANG": "C.UTF-8"}, root=tools_root, ro=(str(visible),),
-                             timeout=600)
-        return sandbox.run(sb, argv)
+        if build_root is not None:
+            from .roots import enter
+
+            argv = enter(argv, root_dir=build_root, env={}, cwd=None, ro=(str(visible),), rw=(), path=LLVM_PATH)
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=600)
     return run
 
 
@@ -167,14 +168,14 @@ def check_offload(data: StageData, base: Path, work: Path, log: Callable[[str], 
     found are written beside the build's notes, so the manifest and toolchain.json record them."""
     if not data.offload_targets:
         return []
-    where = "its build root" if data.tools_root else "this host"
-    if data.tools_root is None and shutil.which(offload.BUNDLER) is None:
+    where = "its build root" if data.build_root else "this host"
+    if data.build_root is None and shutil.which(offload.BUNDLER) is None:
         raise StageError(f"{data.variant} declares offload targets {', '.join(data.offload_targets)} but "
                          f"{offload.BUNDLER} is not on this host's PATH", where=data.where,
                          hint="build the variant in its build root (its clang provides the bundler)")
     work.mkdir(parents=True, exist_ok=True)
     try:
-        files = offload.check_tree(base, data.offload_targets, offload_runner(data.tools_root), scratch_parent=work)
+        files = offload.check_tree(base, data.offload_targets, offload_runner(data.build_root), scratch_parent=work)
     except offload.OffloadError as exc:
         raise StageError(f"{data.variant}: offload check failed: {exc}", where=data.where,
                          hint="the build's --offload-arch / GPU_TARGETS must be exactly stage.offload_targets") from None
@@ -221,6 +222,10 @@ def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) 
             log(f"test '{test.name}' of {data.variant} needs {test.needs}: {', '.join(sorted(seen))} present, running it")
         argv = [str(base / test.run[0])] + [a.format(**data.test_values) for a in test.run[1:]]
         env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        if data.build_root:  # built against the root's libraries: run where they are, the staged tree read-only
+            from .roots import enter
+
+            argv = list(enter(argv, root_dir=data.build_root, env={}, cwd=str(prefix), ro=(str(prefix),), rw=()))
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, cwd=prefix, timeout=test.timeout, env=env)
         except subprocess.TimeoutExpired:

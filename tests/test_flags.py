@@ -114,7 +114,8 @@ def make_n(project, bundle: str, variant: str, makefile: Path, tmp_path: Path, m
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         (src / name).touch()
     monkeypatch.setenv("CFLAGS", "-O0")  # what a caller's shell (or a conda env) may carry: it must not reach make
-    rm, cp, build = plan.step(f"build:{variant}").commands
+    # a build root's commands as they run inside it (make -n needs no root: the host's make reads the Makefile)
+    rm, cp, build = (c.inside or c for c in plan.step(f"build:{variant}").commands)
     Path(plan.step(f"build:{variant}").data.build_dir).mkdir(parents=True)  # as the executor does
     for cmd in (rm, cp):
         subprocess.run(cmd.argv, check=True)

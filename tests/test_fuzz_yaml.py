@@ -171,6 +171,7 @@ def project(tmp_path_factory) -> Path:
     shutil.copy(ROOT / "pins.yaml", root / "pins.yaml")
     shutil.copytree(ROOT / "recipes", root / "recipes")
     shutil.copytree(ROOT / "bundles", root / "bundles")
+    shutil.copytree(ROOT / "roots", root / "roots")
     (root / "onebit").mkdir()
     return root
 

@@ -20,16 +20,30 @@ PROJECT = config.load_project(ROOT)
 LAYOUT = Layout(root=ROOT, cache=Path("/cache"), work=Path("/work/strix"), out=Path("/out/strix"))
 
 
-def facts(found: bool = True, **overrides) -> HostFacts:
-    """Host facts where every tool of every bundle is found (or none is), at a version that satisfies it."""
+def facts(found: bool = True, therock: bool = False, **overrides) -> HostFacts:
+    """Host facts where every tool of every bundle is found (or none is), at a version that satisfies it. A tool of a
+    variant with a build root is found inside the root (its assembled state is `found`); with `therock`, every such
+    tool with a variable is taken from the variable instead (the override)."""
     tools = {}
     for bundle in PROJECT.bundles:
         for t in all_tools(PROJECT, bundle):
+            if t.root and not (therock and t.env):
+                tools[t.key] = ToolFact(t.key, t.in_root or f"/usr/bin/{t.tool}", found, "99.0", "/usr",
+                                        fetchable=not found)
+                continue
             root = f"/tc/{t.env}" if t.env else None
             path = f"{root}/{t.path}" if root else f"/usr/bin/{t.tool}"
-            tools[t.key] = ToolFact(t.key, path, found, "99.0", root)
+            tools[t.key] = ToolFact(t.key, path, found, "99.0", root, override=t.env if t.root and therock else None)
     tools.update(overrides)
     return HostFacts(tools=tools, net_cut=("unshare", "--net", "--"), jobs=16, python="/py/bin/python3", home="/home/u")
+
+
+def inside(argv):
+    """The command a build-root step runs inside bwrap, and bwrap's --setenv pairs."""
+    assert argv[0] == "bwrap"
+    i = argv.index("--")
+    env = {argv[j + 1]: argv[j + 2] for j in range(i) if argv[j] == "--setenv"}
+    return argv[i + 1:], env
 
 
 def test_plan_is_pure_and_deterministic():
@@ -75,10 +89,18 @@ def test_cmake_commands_are_exact():
     assert dict(install.env)["DESTDIR"] == "/work/strix/stage/.cpu.tmp"
 
 
-def test_hrx_uses_the_therock_toolchain_from_its_variable():
-    tc = "/tc/ONEBIT_HRX_TOOLCHAIN"
+def test_hrx_uses_the_root_rocm_and_therock_overrides_it():
     plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    argv, env = inside(cmd(plan, "build:hrx", 0).argv)
+    assert "-DCMAKE_CXX_COMPILER=/usr/lib/llvm-22/bin/clang++" in argv and "-DIREE_ROCM_PATH=/usr" in argv
+    assert env["CXX"] == "/usr/lib/llvm-22/bin/clang++"
+    assert "_env" not in plan.step("package:hrx").data.build_string
+    assert plan.step("stage:hrx").data.manifest_entry["toolchain_overrides"] is None
+    tc = "/tc/ONEBIT_HRX_TOOLCHAIN"
+    plan = make_plan(PROJECT, "strix", facts(therock=True), LAYOUT)
     argv = cmd(plan, "build:hrx", 0).argv
+    assert argv[argv.index(tc) - 1: argv.index(tc) + 2] == ("--ro-bind", tc, tc)  # TheRock bound into the root
+    argv, _ = inside(argv)
     assert f"-DCMAKE_CXX_COMPILER={tc}/lib/llvm/bin/amdclang++" in argv
     assert f"-DIREE_ROCM_PATH={tc}" in argv
     assert any(a.startswith("-DHRX_SOURCE_DIR=") and a.endswith("/third_party/hrx-system") for a in argv)
@@ -88,9 +110,9 @@ def test_hrx_uses_the_therock_toolchain_from_its_variable():
 
 def test_lean_rocm_variant_builds_gfx1151_w4a4():
     plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
-    c = cmd(plan, "build:lean-rocm", 0)
-    assert {"-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DGGML_HIP_ROCMI4_W4A4=ON"} <= set(c.argv)
-    assert dict(c.env)["ROCM_PATH"] == "/tc/ONEBIT_LEAN_ROCM_TOOLCHAIN"
+    argv, env = inside(cmd(plan, "build:lean-rocm", 0).argv)
+    assert {"-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DGGML_HIP_ROCMI4_W4A4=ON"} <= set(argv)
+    assert env["ROCM_PATH"] == "/usr" and "-DCMAKE_HIP_COMPILER=/usr/lib/llvm-22/bin/clang++" in argv
     assert plan.step("stage:lean-rocm").data.manifest_entry["devices"] == ["ROCm0"]
     assert "-DGGML_VULKAN=ON" in cmd(plan, "build:lean-vulkan", 0).argv
 
@@ -128,7 +150,8 @@ def test_build_number_changes_package_but_not_fetch():
 def test_missing_toolchains_one_line_each_with_the_variable():
     plan = make_plan(PROJECT, "strix", facts(found=False), LAYOUT)
     text = "\n".join(plan.missing)
-    for needle in ("amdclang++ for hrx: not found at /tc/ONEBIT_HRX_TOOLCHAIN/lib/llvm/bin/amdclang++; set ONEBIT_HRX_TOOLCHAIN",
+    for needle in ("amdclang++ for hrx: build root strix-sid is not assembled; `1bit-build fetch BUNDLE` downloads its "
+                   "packages (sha256-checked) and assembles it, or set ONEBIT_HRX_TOOLCHAIN to override it with a toolkit",
                    "xrt-smi for xdna", "set XILINX_XRT",
                    "zig >=0.15.2 for zinc: not at /tc/ONEBIT_ZIG/zig; `1bit-build fetch BUNDLE` downloads ziglang==0.15.2",
                    "set ONEBIT_LEAN_ROCM_TOOLCHAIN",
@@ -322,4 +345,6 @@ def test_the_walk_of_a_bundle_name_crosses_four_modules():
     finally:
         sys.setprofile(None)
     modules = {"builders/kinds" if m.startswith("builders/kinds/") else m for m in ran} - {"builders/plan_types"}
-    assert modules == {"builders/plan", "builders/config", "builders/host", "builders/kinds"}, sorted(ran)
+    # and a build root's (root_pins: its key; roots.enter -> sandbox.argv: the bwrap command line of a rooted variant)
+    assert modules == {"builders/plan", "builders/config", "builders/host", "builders/kinds", "builders/root_pins",
+                       "builders/roots", "builders/sandbox"}, sorted(ran)

@@ -31,13 +31,32 @@ LAYOUT = Layout(root=ROOT, cache=Path("/cache"), work=Path("/work/strix"), out=P
 def project_with(bundle: str, *components: tuple[str, tuple[str, ...] | None]) -> config.Project:
     b = Bundle(name=bundle, path=ROOT / "bundles" / f"{bundle}.yaml", version="2026.48", build_number=0,
                platform="linux-64", summary="test", components=tuple(components))
-    return replace(PROJECT, bundles={**PROJECT.bundles, bundle: b})
+    return replace(HOST, bundles={**HOST.bundles, bundle: b})
 
 
-def facts(tc: str = "/tc", python: str = "/py/bin/python3") -> HostFacts:
+def on_the_host(project: config.Project) -> config.Project:
+    """The project with every build root left out: the recipes as planned on the host, TheRock and XRT from their
+    variables (the shims stand in for them). Entering a build root is tested for real in tests/test_roots.py; the
+    rooted plan's commands in tests/test_plan.py."""
+    import copy
+
+    recipes = {}
+    for name, r in project.recipes.items():
+        data = copy.deepcopy(r.data)
+        data["build"].pop("root", None)
+        for over in (data.get("variants") or {}).values():
+            ((over or {}).get("build") or {}).pop("root", None)
+        recipes[name] = replace(r, data=data)
+    return replace(project, recipes=recipes)
+
+
+HOST = on_the_host(PROJECT)
+
+
+def facts(tc: str = "/tc", python: str = "/py/bin/python3", project: config.Project = HOST) -> HostFacts:
     tools = {}
-    for bundle in PROJECT.bundles:
-        for t in all_tools(PROJECT, bundle):
+    for bundle in project.bundles:
+        for t in all_tools(project, bundle):
             root = f"{tc}/{t.env}" if t.env else None
             tools[t.key] = ToolFact(t.key, f"{root}/{t.path}" if root else f"/usr/bin/{t.tool}", True, "99.0", root)
     return HostFacts(tools=tools, net_cut=(), jobs=2, python=python, home="/home/u")
@@ -49,7 +68,7 @@ def step(plan, sid):
 
 
 def test_strix_has_the_companion_steps_in_order():
-    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    plan = make_plan(HOST, "strix", facts(), LAYOUT)
     ids = [s.id for s in plan.steps]
     assert ids.index("fetch:xdna-driver") < ids.index("fetch:submodules:xdna-driver") < ids.index("source:xdna-driver@856409c")
     src = step(plan, "source:xdna-driver@856409c")
@@ -67,8 +86,8 @@ def test_strix_has_the_companion_steps_in_order():
 
 
 def test_companion_keys_are_content_not_location():
-    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
-    other = make_plan(PROJECT, "strix", facts(), replace(LAYOUT, cache=Path("/elsewhere")))
+    plan = make_plan(HOST, "strix", facts(), LAYOUT)
+    other = make_plan(HOST, "strix", facts(), replace(LAYOUT, cache=Path("/elsewhere")))
     assert step(plan, "fetch:hf:laya").key == step(other, "fetch:hf:laya").key
     assert step(plan, "fetch:crates:tokenizers").key == step(other, "fetch:crates:tokenizers").key
 
@@ -83,7 +102,7 @@ def test_laya_is_refused_when_its_checkpoint_is_not_pinned():
 
 
 def test_xdna_test_expands_the_xrt_tool_and_the_ko_lands_in_the_prefix():
-    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    plan = make_plan(HOST, "strix", facts(), LAYOUT)
     stage = step(plan, "stage:xdna")
     assert stage.data.tests[0].run == ("/tc/XILINX_XRT/bin/xrt-smi", "examine")
     argv = [c.argv for c in step(plan, "build:xdna").commands]
@@ -96,7 +115,7 @@ def test_xdna_test_expands_the_xrt_tool_and_the_ko_lands_in_the_prefix():
 
 
 def test_hrx_is_one_build_with_both_devices():
-    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    plan = make_plan(HOST, "strix", facts(), LAYOUT)
     entry = step(plan, "stage:hrx").data.manifest_entry
     assert entry["devices"] == ["HRX0", "Vulkan0"]
     configure = step(plan, "build:hrx").commands[0].argv
@@ -104,7 +123,7 @@ def test_hrx_is_one_build_with_both_devices():
 
 
 def test_zinc_and_ds4_commands():
-    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    plan = make_plan(HOST, "strix", facts(), LAYOUT)
     zig = step(plan, "build:zinc").commands[0]
     assert zig.argv == ("zig", "build", "-Doptimize=ReleaseFast", "-Dshaders=true", "--prefix", "/work/strix/build/zinc/_prefix",
                         "--cache-dir", "/work/strix/build/zinc/zig-cache", "-j2")
@@ -140,7 +159,7 @@ def shims(tmp_path, monkeypatch):
 
     def run(project, bundle: str, variant: str, source_files: dict[str, str]):
         layout = Layout(root=ROOT, cache=tmp_path / "cache", work=tmp_path / "work", out=tmp_path / "out")
-        plan = make_plan(project, bundle, facts(str(tmp_path / "tc"), sys.executable), layout, only={variant})
+        plan = make_plan(project, bundle, facts(str(tmp_path / "tc"), sys.executable, project), layout, only={variant})
         src = next(s for s in plan.steps if s.action == "source").data.dir
         for name, text in source_files.items():
             (Path(src) / name).parent.mkdir(parents=True, exist_ok=True)
@@ -160,7 +179,7 @@ def expanded(plan, variant: str, tool: str) -> list[list[str]]:
 
 
 def test_hrx_three_passes_through_the_shims(shims, tmp_path):
-    plan, calls, prefix = shims(PROJECT, "strix", "hrx", {"CMakeLists.txt": "project(x)\n"})
+    plan, calls, prefix = shims(HOST, "strix", "hrx", {"CMakeLists.txt": "project(x)\n"})
     tc = f"{tmp_path}/tc/ONEBIT_HRX_TOOLCHAIN"
     build = f"{tmp_path}/work/build/hrx"
     cmake = [c for c in calls if c["tool"] == "cmake"]
@@ -224,7 +243,7 @@ def test_ds4_cuda_through_the_shims(shims, tmp_path):
 
 
 def test_ds4_rocm_through_the_shims(shims, tmp_path):
-    plan, calls, prefix = shims(PROJECT, "strix", "ds4-rocm", {"Makefile": "all:\n"})
+    plan, calls, prefix = shims(HOST, "strix", "ds4-rocm", {"Makefile": "all:\n"})
     rocm = f"{tmp_path}/tc/ONEBIT_DS4_ROCM_TOOLCHAIN"
     m = maps("/home/u", f"{tmp_path}/cache", f"{tmp_path}/work/build/ds4-rocm", f"{tmp_path}/work/src/ds4-rocm@7a751eb56201", "ds4-rocm")
     assert [c["argv"] for c in calls] == [["-C", f"{tmp_path}/work/build/ds4-rocm/tree", "-j2", "rocm", f"CC=cc {m}",

@@ -20,6 +20,7 @@ def project(tmp_path) -> Path:
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
     shutil.copytree(ROOT / "bundles", tmp_path / "bundles")
+    shutil.copytree(ROOT / "roots", tmp_path / "roots")
     (tmp_path / "onebit").mkdir()
     return tmp_path
 
