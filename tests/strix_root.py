@@ -35,6 +35,24 @@ class Root:
         return proc, wall
 
 
-def strix_root() -> Root | None:
+NAME = "strix-sid"
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def strix_root() -> Root:
+    """roots/strix-sid.yaml assembled into the project cache ($ONEBIT_CACHE or ~/.cache/onebit): ~1.3 GiB of .debs
+    downloaded once (verified by sha256), assembled once, shared with `1bit-build build strix`. ONEBIT_TEST_STRIX_ROOT
+    names an assembled root instead (a development shortcut)."""
     path = os.environ.get(ROOT_ENV)
-    return Root(Path(path)) if path else None
+    if path:
+        return Root(Path(path))
+    from builders import roots
+    from builders.session import default_cache
+
+    found, problems = roots.load_roots(PROJECT / "roots")
+    assert not problems, problems
+    pin = found[NAME]
+    cache = default_cache()
+    dest = pin.dest(cache)
+    roots.assemble(pin, cache / "downloads", dest)
+    return Root(dest)
