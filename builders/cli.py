@@ -173,7 +173,7 @@ def cmd_patches(args) -> int:
             continue
         pin = project.pins[recipe.pin_name]
         dest = lay.git_cache(pin.commit)
-        fetch.fetch_pin(pin, dest, lay.downloads(), offline=args.offline)
+        fetch.fetch_pin(pin, dest, lay.downloads(), offline=args.offline, mirror_dirs=lay.mirror_dirs or ())
         for r in patch.drift_report(dest, pin.commit, [p.path for p in patches]):
             failed |= not r.ok
             table.add_row(recipe.name, r.patch, r.status, " ".join(x for x in (r.file or "", r.hunk or "") if x) or r.detail)
@@ -233,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", help="source/download/step cache (default: $ONEBIT_CACHE or ~/.cache/onebit)")
     p.add_argument("--work", help="work dir for this bundle (default: ROOT/.onebit/work/BUNDLE)")
     p.add_argument("--out", help="where the finished bundle goes (default: ROOT/.onebit/out/BUNDLE)")
+    p.add_argument("--mirror-dir", action="append", metavar="DIR",
+                   help="a local mirror directory of git repositories (<name>.git), consulted before every pin's own "
+                        "mirrors (repeatable; then $ONEBIT_GIT_MIRRORS); see docs/mirrors.md")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("validate", help="check pins.yaml, recipes and bundles against their schemas; report every error")

@@ -5,7 +5,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from . import schemas, yamlio
 from .version import this_week
@@ -18,14 +18,20 @@ PLACEHOLDER = re.compile(r"\{([a-z0-9_]+(?::[^{}:]+(?::(?:root|major))?)?)\}")
 PLACEHOLDERS = ("source", "build", "prefix", "wheels", "python", "commit", "commit7", "build_number", "variant")
 
 
+# local mirror directories of git repositories (`--mirror-dir`, this variable): consulted before a pin's own mirrors
+MIRRORS_ENV = "ONEBIT_GIT_MIRRORS"
+
+
 @dataclass(frozen=True)
 class Mirror:
-    kind: str  # "git" | "pypi_sdist"
-    spec: Any  # url string for git, dict for pypi_sdist
+    kind: str  # "git" | "pypi_sdist" | "mirror_dir"
+    spec: Any  # url string for git, dict for pypi_sdist, the repository's path for mirror_dir
 
     def describe(self) -> str:
         if self.kind == "git":
             return f"git {self.spec}"
+        if self.kind == "mirror_dir":
+            return f"mirror dir {self.spec}"
         return f"sdist {self.spec['package']}=={self.spec['version']} (sha256 {self.spec['sha256'][:12]}…)"
 
 
@@ -48,12 +54,23 @@ class Pin:
     def short(self) -> str:
         return (self.commit or "unresolved")[:7]
 
-    def fetch_order(self) -> tuple[Mirror, ...]:
-        """Mirrors in the order given; the canonical url last unless listed."""
-        mirrors = list(self.mirrors)
+    def fetch_order(self, mirror_dirs: Sequence[str | Path] = ()) -> tuple[Mirror, ...]:
+        """Every repository of the local mirror directories that may hold the pin (each directory in order, each of
+        repo_names in order), then the mirrors in the order given; the canonical url last unless listed."""
+        mirrors = [Mirror("mirror_dir", str(Path(d) / n)) for d in mirror_dirs for n in repo_names(self.name, self.url)]
+        mirrors += self.mirrors
         if not any(m.kind == "git" and m.spec == self.url for m in mirrors):
             mirrors.append(Mirror("git", self.url))
         return tuple(mirrors)
+
+
+def repo_names(name: str, url: str) -> tuple[str, ...]:
+    """Pure: the repositories a mirror directory may hold a pin under, in order: `<pin name>.git`, then the last part
+    of its URL (`.git` added where it lacks it): ds4-rocm -> ds4-rocm.git, ds4.git. The upstream of a fork pin is the
+    pin `<name>-upstream` (fetch.upstream_pin), so rocmfpx's `upstream.commit` is found in rocmfpx-upstream.git."""
+    base = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    names = [f"{name}.git", base if base.endswith(".git") else f"{base}.git"]
+    return tuple(dict.fromkeys(n for n in names if n not in (".git", "..git")))
 
 
 @dataclass(frozen=True)
@@ -223,6 +240,12 @@ class Recipe:
     @property
     def pin_name(self) -> str | None:
         return self.source.get("pin")
+
+    @property
+    def may_lack(self) -> tuple[str, ...]:
+        """source.may_lack: globs of files of the pinned tree this recipe never reads, which a partial clone in a
+        mirror directory may lack (builders/fetch.py, docs/mirrors.md)."""
+        return tuple(self.source.get("may_lack", ()))
 
     def patches(self, root: Path) -> tuple[Patch, ...]:
         base = root / "recipes" / "patches" / self.source.get("patch_dir", self.name)

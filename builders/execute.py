@@ -18,7 +18,7 @@ from . import bundle, companions, elf, fetch, manifest, package, patch, stage, s
 from .config import Project
 from .errors import BuildError, StageError
 from .kinds import KINDS
-from .plan import clobbers
+from .plan import clobbers, may_lack_under
 from .session import log_to, new_console
 from .plan_types import (BuildData, Command, CratesData, FetchData, HfData, PackageData, Plan, RootData, SourceData,
                          StageData, Step, SubmodulesData, ToolchainData, WheelsData)
@@ -66,7 +66,7 @@ class Executor:
     def _outputs_hold(self, step: Step) -> bool:
         d = step.data
         if isinstance(d, FetchData):
-            return fetch.cached(Path(d.dest), d.commit)
+            return fetch.cached(Path(d.dest), d.commit, d.may_lack)
         if isinstance(d, WheelsData):
             return (Path(d.dir) / ".complete").is_file()
         if isinstance(d, (ToolchainData, RootData)):
@@ -185,7 +185,9 @@ class Executor:
     def do_fetch(self, step: Step, progress, task) -> None:
         pin = self.project.pins[step.data.pin]
         how = fetch.fetch_pin(pin, Path(step.data.dest), self.layout.downloads(), offline=self.offline,
-                              log=lambda m: progress.update(task, description=f"{step.title}: {m}"))
+                              log=lambda m: progress.update(task, description=f"{step.title}: {m}"),
+                              mirror_dirs=fetch.mirror_dirs(self.layout.mirror_dirs, os.environ),
+                              may_lack=step.data.may_lack)
         self.log(f"fetched {pin.name} @ {pin.short} from {how}")
 
     def do_wheels(self, step: Step, progress, task) -> None:
@@ -238,13 +240,47 @@ class Executor:
             shutil.rmtree(src, ignore_errors=True)
             for cache_dir in {c.argv[2] for c in step.commands if c.argv[1:2] == ("--git-dir",)}:
                 subprocess.run(["git", "--git-dir", cache_dir, "worktree", "prune"], capture_output=True)
-            self._run_commands(step, [c for c in step.commands if "apply" not in c.argv], progress, task)
+            self._run_commands(step, self._checkout_commands(step), progress, task)
         if d.submodules_lock:
             companions.checkout_submodules(src, Path(d.submodules_lock), self.layout.git_cache)
         results = patch.apply_all(src, [Path(p) for p in d.patches], where=d.where)
         for r in results:
             self.log(f"patch {r.patch}: {r.status}{' ' + r.detail if r.detail else ''}")
         swap.write_text_atomic(key_file, step.key + "\n")
+
+    def _checkout_commands(self, step: Step) -> list[Command]:
+        """The plan's worktree commands, as sparse checkouts where a cache entry lacks files (a partial clone's): each
+        absent file checked against the recipe's source.may_lack (one line naming the first that is not), listed
+        in the log and beside the checkout (<src>.onebit-absent)."""
+        d: SourceData = step.data
+        out: list[Command] = []
+        listed: list[str] = []
+        for c in step.commands:
+            if "apply" in c.argv:
+                continue
+            if c.argv[1:2] != ("--git-dir",) or "worktree" not in c.argv:
+                out.append(c)
+                continue
+            cache_dir, dest, commit = c.argv[2], c.argv[-2], c.argv[-1]
+            absent = [p for p, _ in fetch.absent_files(Path(cache_dir))]
+            into = os.path.relpath(dest, d.dir)
+            globs = d.may_lack if into == "." else may_lack_under(d.may_lack, into)
+            bad = fetch.untolerated(absent, [(d.where, globs)])
+            if bad:
+                raise BuildError(f"the cache entry of {commit[:7]} ({cache_dir}) lacks {bad[0][0]}, which this recipe "
+                                 "may use (no glob of its source.may_lack matches it)", where=d.where,
+                                 hint="fetch the commit from a complete mirror (delete that cache entry first), or add "
+                                      "the path to source.may_lack if the build never reads it")
+            listed += [p if into == "." else f"{into}/{p}" for p in absent]
+            out += [Command(argv) for argv in fetch.worktree_commands(cache_dir, dest, commit, absent)]
+        marker = Path(d.dir).with_name(Path(d.dir).name + fetch.ABSENT_FILE)
+        if listed:
+            swap.write_text_atomic(marker, "".join(f"{p}\n" for p in listed))
+            self.log(f"{step.id}: {len(listed)} file(s) of the pinned tree are absent from the checkout (its mirror is a "
+                     f"partial clone; tolerated by source.may_lack), listed in {marker}: {', '.join(listed)}")
+        else:
+            marker.unlink(missing_ok=True)
+        return out
 
     def do_build(self, step: Step, progress, task) -> None:
         d: BuildData = step.data

@@ -1,25 +1,30 @@
 """fetch: sources into a content-addressed cache keyed by commit SHA, verified, trying mirrors in order.
 
 A mirror is a git URL or an sdist on the Python package index that vendors the upstream with its git objects
-(llama-cpp-python carries llama.cpp's). Offline, only the caches and local mirrors are used.
+(llama-cpp-python carries llama.cpp's), or a repository of a local mirror directory (`--mirror-dir`,
+$ONEBIT_GIT_MIRRORS), consulted first. Offline, only the caches and local mirrors are used. Every cache entry records
+which mirror served it (onebit-fetch.json); one copied from a partial clone also lists the files it lacks
+(docs/mirrors.md).
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Mapping, Sequence
 
 import git
 
 from .archives import ArchiveError, check_archive_file, extract_tar
-from .config import Mirror, Pin, file_sha256
+from .config import MIRRORS_ENV, Mirror, Pin, file_sha256
 from .errors import FetchError
-from .swap import replace_dir
+from .swap import replace_dir, write_text_atomic
 
 Log = Callable[[str], None]
 
@@ -43,8 +48,9 @@ def _unique_tmp(dest: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
 
 
-def verify_commit(repo_dir: Path, commit: str) -> str | None:
-    """None when repo_dir holds `commit` with every object it needs; otherwise what is wrong."""
+def verify_commit(repo_dir: Path, commit: str, absent_ok: Iterable[str] = ()) -> str | None:
+    """None when repo_dir holds `commit` with every object it needs (but the blobs in `absent_ok`, which a cache entry
+    copied from a partial clone records as absent); otherwise what is wrong."""
     try:
         repo = git.Repo(repo_dir)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -55,9 +61,10 @@ def verify_commit(repo_dir: Path, commit: str) -> str | None:
         return f"commit {commit} is not in the repository"
     if kind != "commit":
         return f"{commit} is a {kind}, not a commit"
+    allowed = set(absent_ok)
     try:
         missing = [line for line in repo.git.rev_list("--objects", "--missing=print", "-n", "1", commit).splitlines()
-                   if line.startswith("?")]
+                   if line.startswith("?") and line[1:] not in allowed]
     except git.GitCommandError as exc:
         return f"objects of {commit} are unreadable: {exc.stderr.strip()}"
     if missing:
@@ -65,11 +72,83 @@ def verify_commit(repo_dir: Path, commit: str) -> str | None:
     return None
 
 
-def cached(dest: Path, commit: str) -> bool:
-    return dest.is_dir() and verify_commit(dest, commit) is None
+# ---- what a cache entry records: the mirror that served it, and the files it lacks --------------------------------
+RECORD = "onebit-fetch.json"  # inside the cache's bare repo: {"pin", "commit", "served_by", "absent": [[path, oid]]}
+
+# (where, globs): one recipe that uses a pin, with its `source.may_lack` globs (relative to the pin's tree)
+MayLack = tuple[str, tuple[str, ...]]
 
 
-def _fetch_into_new_repo(dest: Path, url: str, commit: str, *, timeout: int = 600) -> None:
+def read_record(repo_dir: Path) -> dict:
+    try:
+        return json.loads((Path(repo_dir) / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def absent_files(repo_dir: Path) -> list[tuple[str, str]]:
+    """(path, blob id) of every file of the pinned tree that this cache entry lacks (copied from a partial clone)."""
+    return [(str(p), str(o)) for p, o in read_record(repo_dir).get("absent", [])]
+
+
+def _write_record(repo_dir: Path, pin: str, commit: str, served_by: str, absent: Sequence[tuple[str, str]] = ()) -> None:
+    write_text_atomic(Path(repo_dir) / RECORD, json.dumps(
+        {"pin": pin, "commit": commit, "served_by": served_by, "absent": [list(a) for a in absent]}, indent=1) + "\n")
+
+
+def glob_regex(glob: str) -> re.Pattern:
+    """A `source.may_lack` glob as a regex over a path of the tree: `**` any number of folders, `*` and `?` within one
+    name; a glob ending in `/` or `/**` covers everything under that folder."""
+    if glob.endswith("/"):
+        glob += "**"
+    out = []
+    i = 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif glob[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif glob[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def untolerated(paths: Iterable[str], users: Sequence[MayLack]) -> list[tuple[str, str]]:
+    """Pure: (path, where) for each absent path that some recipe using the pin does not tolerate (no glob of its
+    `source.may_lack` matches it), in path order. With no recipe named, nothing is tolerated."""
+    bad = []
+    for path in sorted(set(paths)):
+        if not users:
+            bad.append((path, ""))
+            continue
+        for where, globs in users:
+            if not any(glob_regex(g).match(path) for g in globs):
+                bad.append((path, where))
+                break
+    return bad
+
+
+def cached(dest: Path, commit: str, may_lack: Sequence[MayLack] = ()) -> bool:
+    """dest holds commit with all its objects, or lacks only files that every recipe in `may_lack` tolerates."""
+    if not dest.is_dir():
+        return False
+    absent = absent_files(dest)
+    if absent and untolerated([p for p, _ in absent], may_lack):
+        return False
+    return verify_commit(dest, commit, absent_ok=[o for _, o in absent]) is None
+
+
+def _fetch_into_new_repo(dest: Path, url: str, commit: str, *, timeout: int = 600, pin: str = "",
+                         served_by: str = "") -> None:
     """git fetch exactly `commit` from url into a fresh bare repo at dest (atomic: written aside, renamed)."""
     tmp = _unique_tmp(dest)
     repo = git.Repo.init(tmp, bare=True)
@@ -80,6 +159,7 @@ def _fetch_into_new_repo(dest: Path, url: str, commit: str, *, timeout: int = 60
         if problem:
             raise FetchError(problem)
         repo.git.update_ref("refs/onebit/pinned", commit)
+        _write_record(tmp, pin, commit, served_by or f"git {url}")
         replace_dir(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -184,18 +264,159 @@ class SdistMirror:
         return gdir
 
 
-def fetch_pin(pin: Pin, dest: Path, downloads: Path, *, offline: bool = False, log: Log = _noop) -> str:
-    """Make dest a bare repo holding pin.commit. Returns how it was obtained. Raises FetchError naming every mirror tried."""
+# ---- local mirror directories: `<name>.git` bare repositories, consulted before a pin's own mirrors -------------
+def mirror_dirs(given: Sequence[str | Path] | None, env: Mapping[str, str]) -> tuple[Path, ...]:
+    """Pure: the mirror directories in the order they are consulted: `--mirror-dir` options first (`given`), then
+    $ONEBIT_GIT_MIRRORS (os.pathsep-separated); empty entries and repeats dropped."""
+    out: list[Path] = []
+    for d in [*(given or ()), *env.get(MIRRORS_ENV, "").split(os.pathsep)]:
+        if str(d).strip() and Path(d) not in out:
+            out.append(Path(d))
+    return tuple(out)
+
+
+def upstream_pin(pin: Pin) -> Pin | None:
+    """The base a fork pin is rebased on (`upstream: {url, commit}` in pins.yaml) as a pin of its own, named
+    `<pin>-upstream`, or None where the pin records no upstream commit."""
+    up = pin.raw.get("upstream") or {}
+    if not up.get("commit") or not up.get("url"):
+        return None
+    return Pin(name=f"{pin.name}-upstream", url=up["url"], policy=pin.policy, cadence=pin.cadence, license=pin.license,
+               commit=up["commit"], unresolved=None, mirrors=(), branch=up.get("branch"), raw={}, where=pin.where)
+
+
+# git reads nothing but the mirror's objects: no system or global config, no hooks, no fsmonitor, never a lazy fetch
+# from a partial clone's promisor remote (which would go to the network); the environment is cleared.
+_SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false")
+
+
+def _safe_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.devnull, "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull, "GIT_NO_LAZY_FETCH": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_NO_REPLACE_OBJECTS": "1"}
+
+
+def _git(repo: Path, *args: str, stdin=None, stdout=subprocess.PIPE, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["git", *_SAFE, "-c", f"safe.directory={repo}", "--git-dir", str(repo), *args], stdin=stdin,
+                          stdout=stdout, stderr=subprocess.PIPE, env=_safe_env())
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise FetchError(f"git {args[0]} failed: {err[-1] if err else proc.returncode}")
+    return proc
+
+
+def tree_absent(repo: Path, commit: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """(every object id of the pinned commit that `repo` holds, (path, blob id) of each file of its tree it lacks).
+    Read without any fetch; raises FetchError when the commit, or one of its trees, is not there."""
+    kind = _git(repo, "cat-file", "-t", commit, check=False)
+    if kind.returncode != 0 or kind.stdout.decode().strip() != "commit":
+        raise FetchError(f"does not hold commit {commit}")
+    walk = _git(repo, "rev-list", "--objects", "--missing=print", "-n", "1", commit, check=False)
+    if walk.returncode != 0:  # a tree (or the commit's own data) cannot be read: no file list can be trusted
+        err = walk.stderr.decode(errors="replace").strip().splitlines()
+        raise FetchError(f"cannot read the objects of commit {commit}: {err[0] if err else walk.returncode}")
+    listing = walk.stdout.decode().splitlines()
+    present = [line.split(" ", 1)[0] for line in listing if line and not line.startswith("?")]
+    missing = {line[1:] for line in listing if line.startswith("?")}
+    absent: list[tuple[str, str]] = []
+    if missing:
+        ls = _git(repo, "ls-tree", "-r", "-z", "--full-tree", commit, check=False)
+        if ls.returncode != 0:  # a tree is absent: which files there are cannot be known
+            err = ls.stderr.decode(errors="replace").strip().splitlines()
+            raise FetchError(f"cannot read the objects of commit {commit}: {err[0] if err else ls.returncode} "
+                             "(a tree is absent: not a usable partial clone)")
+        tree = ls.stdout.decode(errors="surrogateescape")
+        for entry in filter(None, tree.split("\0")):
+            meta, path = entry.split("\t", 1)
+            _mode, kind_, oid = meta.split(" ")
+            if kind_ == "blob" and oid in missing:
+                absent.append((path, oid))
+        unexplained = missing - {oid for _, oid in absent}
+        if unexplained:  # a tree (or the commit's own objects) is absent: no file list can be trusted
+            raise FetchError(f"lacks {len(unexplained)} object(s) of commit {commit} that are not files "
+                             f"(first: {sorted(unexplained)[0]}): not a usable partial clone")
+    return present, sorted(absent)
+
+
+def copy_from_mirror_dir(pin: Pin, repo: Path, dest: Path, may_lack: Sequence[MayLack], log: Log = _noop) -> str:
+    """Copy the pinned commit's objects from a mirror-dir repository into a fresh cache entry at dest (aside, then
+    swapped in). A partial clone is accepted when every file it lacks is one that each recipe using the pin tolerates
+    (`source.may_lack`); the cache entry then records those files. The objects are re-hashed by index-pack, and the
+    copy is checked to lack exactly the files recorded."""
+    assert pin.commit is not None
+    present, absent = tree_absent(repo, pin.commit)
+    if pin.tag:  # a mirror may lack the tag; where it has it, it must point at the pinned commit
+        at = _git(repo, "rev-parse", "--verify", "--quiet", f"refs/tags/{pin.tag}^{{commit}}", check=False)
+        if at.returncode == 0 and at.stdout.decode().strip() != pin.commit:
+            raise NotThePinnedSource(f"tag {pin.tag!r} moved: pins.yaml says {pin.commit}, {repo} says "
+                                     f"{at.stdout.decode().strip()}", where=pin.where,
+                                     hint=f"check the mirror, or re-pin with `1bit-build pins bump {pin.name}`")
+    bad = untolerated([p for p, _ in absent], may_lack)
+    if bad:
+        who = f"{bad[0][1]} may use" if bad[0][1] else "the recipe may use"
+        raise FetchError(f"{repo} lacks {len(bad)} file(s) of {pin.short} that {who}: "
+                         + ", ".join(p for p, _ in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+                         + " (not matched by its source.may_lack)")
+    tmp = _unique_tmp(dest)
+    try:
+        subprocess.run(["git", *_SAFE, "init", "--quiet", "--bare", str(tmp)], check=True, capture_output=True,
+                       env=_safe_env())
+        ids = tmp / "onebit-objects"
+        ids.write_text("".join(f"{oid}\n" for oid in present))
+        log(f"copy {len(present)} object(s) of {pin.short} from {repo}" + (f" ({len(absent)} file(s) absent)" if absent else ""))
+        with open(ids, "rb") as ins:
+            pack = subprocess.Popen(["git", *_SAFE, "-c", f"safe.directory={repo}", "--git-dir", str(repo), "pack-objects",
+                                     "--stdout", "-q"], stdin=ins, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=_safe_env())
+            index = subprocess.run(["git", *_SAFE, "--git-dir", str(tmp), "index-pack", "--stdin"], stdin=pack.stdout,
+                                   capture_output=True, env=_safe_env())
+            assert pack.stdout is not None and pack.stderr is not None
+            pack.stdout.close()
+            pack_err = pack.stderr.read().decode(errors="replace").strip()
+            if pack.wait() != 0 or index.returncode != 0:
+                why = pack_err or index.stderr.decode(errors="replace").strip()
+                raise FetchError(f"could not copy the objects of {pin.short}: {why.splitlines()[-1] if why else 'git failed'}")
+        ids.unlink()
+        header = _git(repo, "cat-file", "commit", pin.commit).stdout.decode(errors="replace").split("\n\n", 1)[0]
+        if any(line.startswith("parent ") for line in header.splitlines()):  # only the pinned commit is copied: its parents are the shallow boundary, as after --depth=1
+            (tmp / "shallow").write_text(pin.commit + "\n")
+        _git(tmp, "update-ref", "refs/onebit/pinned", pin.commit)
+        problem = verify_commit(tmp, pin.commit, absent_ok=[o for _, o in absent])
+        if problem:
+            raise FetchError(problem)
+        _write_record(tmp, pin.name, pin.commit, f"mirror dir {repo}", absent)
+        replace_dir(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    how = f"mirror dir {repo}"
+    if absent:
+        shown = ", ".join(p for p, _ in absent[:10]) + (f" and {len(absent) - 10} more" if len(absent) > 10 else "")
+        how += f" (a partial clone: {len(absent)} file(s) absent, tolerated by source.may_lack: {shown})"
+    return how
+
+
+def fetch_pin(pin: Pin, dest: Path, downloads: Path, *, offline: bool = False, log: Log = _noop,
+              mirror_dirs: Sequence[Path] = (), may_lack: Sequence[MayLack] = ()) -> str:
+    """Make dest a bare repo holding pin.commit. Returns how it was obtained (which mirror served it; also recorded in
+    dest/onebit-fetch.json). Raises FetchError naming every mirror tried.
+
+    mirror_dirs: local mirror directories, consulted first (repo_names says under which names); may_lack: the
+    recipes using the pin and the absent files each tolerates in a partial clone."""
     if pin.commit is None:
         raise FetchError(f"pin {pin.name!r} is unresolved: {pin.unresolved}", where=pin.where,
                          hint=f"resolve it with `1bit-build pins bump {pin.name}`")
-    if cached(dest, pin.commit):
+    if cached(dest, pin.commit, may_lack):
         return "cache"
     failures: list[str] = []
-    for i, mirror in enumerate(pin.fetch_order(), 1):
+    not_there: list[str] = []
+    i = 0
+    for mirror in pin.fetch_order(mirror_dirs):
+        if mirror.kind == "mirror_dir" and not Path(mirror.spec).is_dir():
+            not_there.append(mirror.spec)
+            continue
+        i += 1
         label = f"{i}) {mirror.describe()}"
         try:
-            how = _try_mirror(pin, mirror, dest, downloads, offline=offline, log=log)
+            how = _try_mirror(pin, mirror, dest, downloads, offline=offline, log=log, may_lack=may_lack)
         except NotThePinnedSource:
             raise
         except FetchError as exc:  # this mirror cannot serve it: try the next
@@ -208,6 +429,8 @@ def fetch_pin(pin: Pin, dest: Path, downloads: Path, *, offline: bool = False, l
             failures.append(f"{label}: skipped (offline)")
             continue
         return how
+    if not_there:
+        failures.append(f"(not in the mirror dirs: {', '.join(not_there)})")
     raise FetchError(
         f"commit {pin.commit} of {pin.name} could not be fetched from any mirror:\n    " + "\n    ".join(failures),
         where=pin.where,
@@ -216,7 +439,10 @@ def fetch_pin(pin: Pin, dest: Path, downloads: Path, *, offline: bool = False, l
     )
 
 
-def _try_mirror(pin: Pin, mirror: Mirror, dest: Path, downloads: Path, *, offline: bool, log: Log) -> str | None:
+def _try_mirror(pin: Pin, mirror: Mirror, dest: Path, downloads: Path, *, offline: bool, log: Log,
+                may_lack: Sequence[MayLack] = ()) -> str | None:
+    if mirror.kind == "mirror_dir":
+        return copy_from_mirror_dir(pin, Path(mirror.spec), dest, may_lack, log)
     if mirror.kind == "pypi_sdist":
         sd = SdistMirror(mirror.spec, downloads)
         sdist = sd.find()
@@ -227,15 +453,39 @@ def _try_mirror(pin: Pin, mirror: Mirror, dest: Path, downloads: Path, *, offlin
         with tempfile.TemporaryDirectory(prefix="onebit-sdist-") as tmp:
             gdir = sd.git_dir(sdist, Path(tmp))
             log(f"git fetch {pin.short} from {sdist.name}:{mirror.spec['git_dir']}")
-            _fetch_into_new_repo(dest, str(gdir), pin.commit)
+            _fetch_into_new_repo(dest, str(gdir), pin.commit, pin=pin.name, served_by=f"sdist {sdist.name}")
         return f"sdist {sdist.name}"
     url = mirror.spec
     if offline and not is_local(url):
         return None
     check_tag(pin, url)  # before fetching: a commit under a moved tag never enters the cache
     log(f"git fetch {pin.short} from {url}")
-    _fetch_into_new_repo(dest, url, pin.commit)
+    _fetch_into_new_repo(dest, url, pin.commit, pin=pin.name)
     return f"git {url}"
+
+
+# ---- a checkout of a cache entry that lacks files: sparse, so git never reads what is absent ----------------------
+ABSENT_FILE = ".onebit-absent"  # beside a checkout (<src>.onebit-absent): the files its cache entry lacks
+
+
+def _sparse_pattern(path: str) -> str:
+    """A gitignore-style pattern that excludes exactly this path (its special characters escaped)."""
+    escaped = re.sub(r"([\\*?\[\]!#])", r"\\\1", path)
+    if escaped.endswith(" "):
+        escaped = escaped[:-1] + "\\ "
+    return "!/" + escaped
+
+
+def worktree_commands(git_dir: str, dest: str, commit: str, absent: Sequence[str]) -> list[tuple[str, ...]]:
+    """Pure: the commands that make `dest` a worktree of `commit` from the cache entry at git_dir. With files absent, a
+    sparse checkout leaves them out (skip-worktree), so git never reads them and a later reset keeps them out."""
+    add = ("git", "--git-dir", git_dir, "worktree", "add", "--quiet", "--force", "--detach")
+    if not absent:
+        return [add + (dest, commit)]
+    safe = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+    return [add[:1] + safe + add[1:] + ("--no-checkout", dest, commit),
+            ("git", *safe, "-C", dest, "sparse-checkout", "set", "--no-cone", "/*", *(_sparse_pattern(p) for p in absent)),
+            ("git", *safe, "-C", dest, "reset", "--quiet", "--hard", commit)]
 
 
 # pip's platform tags for the interpreters `bin/1bit` runs on (x86_64 Linux, glibc >= 2.17)

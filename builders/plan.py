@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .config import PLACEHOLDER, Bundle, Pin, Project, Recipe, Tool, Variant, describe_placeholders
+from .config import MIRRORS_ENV, PLACEHOLDER, Bundle, Pin, Project, Recipe, Tool, Variant, describe_placeholders
 from .errors import OnebitError
 from .host import HostFacts, ToolFact, version_ok, pinned_root
 from .kinds import KINDS, KindContext, flags
@@ -137,10 +137,14 @@ class Source:
     step_id: str | None = None
 
 
-def plan_fetch(pin: Pin, layout: Layout) -> Step:
+def plan_fetch(pin: Pin, layout: Layout, may_lack: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> Step:
     commands = []
-    for mirror in pin.fetch_order():
-        if mirror.kind == "pypi_sdist":
+    dirs = layout.mirror_dirs if layout.mirror_dirs is not None else (Path(f"${MIRRORS_ENV}"),)
+    for mirror in pin.fetch_order(dirs):
+        if mirror.kind == "mirror_dir":  # its objects copied (a partial clone: only if the absent files are tolerated)
+            commands.append(Command(("git", "--git-dir", mirror.spec, "pack-objects", "--stdout",
+                                     f"<objects of {pin.commit}>")))
+        elif mirror.kind == "pypi_sdist":
             spec = mirror.spec
             dest = layout.downloads() / spec["sha256"]
             commands.append(Command(("pip", "download", "--no-deps", "--no-binary", spec["package"],
@@ -151,7 +155,22 @@ def plan_fetch(pin: Pin, layout: Layout) -> Step:
     return Step(id=f"fetch:{pin.name}", action="fetch",
                 title=f"fetch {pin.name} @ {pin.short} (verified by commit SHA; mirrors in order)",
                 key=digest("fetch", pin.url, pin.commit), commands=tuple(commands),
-                data=FetchData(pin=pin.name, commit=pin.commit, dest=str(layout.git_cache(pin.commit))))
+                data=FetchData(pin=pin.name, commit=pin.commit, dest=str(layout.git_cache(pin.commit)), may_lack=may_lack))
+
+
+def _fetch_for(steps: dict[str, Step], pin: Pin, layout: Layout, user: tuple[str, tuple[str, ...]]) -> None:
+    """The pin's fetch step, with this recipe among those whose `source.may_lack` a partial clone must satisfy."""
+    sid = f"fetch:{pin.name}"
+    step = steps.get(sid) or plan_fetch(pin, layout)
+    if user not in step.data.may_lack:
+        step = dataclasses.replace(step, data=dataclasses.replace(step.data, may_lack=step.data.may_lack + (user,)))
+    steps[sid] = step
+
+
+def may_lack_under(globs: Sequence[str], into: str) -> tuple[str, ...]:
+    """Pure: a recipe's may_lack globs (paths of its checkout) as paths of an extra pin checked out at `into`."""
+    prefix = into.strip("/") + "/"
+    return tuple(g[len(prefix):] for g in globs if g.startswith(prefix))
 
 
 def submodules_lock(layout: Layout, pin: Pin, want: Sequence[str]) -> Path:
@@ -181,8 +200,11 @@ def plan_source(project: Project, variant: Variant, layout: Layout, steps: dict[
                       name=Path(local).name or recipe.name)
     pin = project.pins[recipe.pin_name]
     extra = [(project.pins[e["pin"]], e["into"]) for e in recipe.source.get("extra", [])]
-    for p in [pin] + [e for e, _ in extra]:
-        steps.setdefault(f"fetch:{p.name}", plan_fetch(p, layout))
+    may_lack = recipe.may_lack
+    where = recipe.path.relative_to(project.root).as_posix() if recipe.path.is_relative_to(project.root) else str(recipe.path)
+    _fetch_for(steps, pin, layout, (where, may_lack))
+    for e, into in extra:
+        _fetch_for(steps, e, layout, (where, may_lack_under(may_lack, into)))
     subs = list(recipe.source.get("submodules", []))
     if subs:
         steps.setdefault(f"fetch:submodules:{pin.name}", plan_submodules(layout, pin, subs))
@@ -214,7 +236,8 @@ def plan_source(project: Project, variant: Variant, layout: Layout, steps: dict[
             needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]) + ((f"fetch:submodules:{pin.name}",) if subs else ()),
             data=SourceData(dir=str(src), pin=pin.name, commit=pin.commit, patches=tuple(str(p.path) for p in patches),
                             extra=tuple(ExtraSource(e.name, e.commit, into) for e, into in extra), where=str(recipe.path),
-                            submodules_lock=str(submodules_lock(layout, pin, subs)) if subs else None))
+                            submodules_lock=str(submodules_lock(layout, pin, subs)) if subs else None,
+                            may_lack=may_lack))
     return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin, name=pin.name, step_id=step_id)
 
 

@@ -63,6 +63,9 @@ class FetchData:
     pin: str
     commit: str
     dest: str
+    # (recipe, its source.may_lack globs) for each recipe that uses the pin: the absent files of a partial clone
+    # that all of them tolerate (fetch.untolerated)
+    may_lack: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ class SourceData:
     extra: tuple[ExtraSource, ...]
     where: str
     submodules_lock: str | None = None  # the pin's submodules, checked out at their gitlinks
+    may_lack: tuple[str, ...] = ()  # the recipe's source.may_lack: files its checkout may lack (a partial clone's)
 
 
 @dataclass(frozen=True)
@@ -254,6 +258,9 @@ class Layout:
     cache: Path  # content-addressed: git/<sha>.git, downloads/<sha256>/..., steps/<key>.json
     work: Path  # per bundle: src/, build/, stage/
     out: Path  # per bundle: packages, channel, tarball, SHA256SUMS
+    # local mirror directories of git repositories, consulted before every pin's own mirrors (fetch.mirror_dirs);
+    # None: $ONEBIT_GIT_MIRRORS, read when the fetch runs
+    mirror_dirs: tuple[Path, ...] | None = None
 
     def git_cache(self, commit: str) -> Path:
         return self.cache / "git" / f"{commit}.git"

@@ -43,7 +43,11 @@ def layout_for(args, bundle: str) -> Layout:
     root = Path(args.root).resolve()
     work = Path(args.work).resolve() if args.work else root / ".onebit" / "work" / bundle
     out = Path(args.out).resolve() if args.out else root / ".onebit" / "out" / bundle
-    return Layout(root=root, cache=Path(args.cache).resolve() if args.cache else default_cache(), work=work, out=out)
+    from .fetch import mirror_dirs
+
+    dirs = mirror_dirs([Path(d).resolve() for d in getattr(args, "mirror_dir", None) or []], os.environ)
+    return Layout(root=root, cache=Path(args.cache).resolve() if args.cache else default_cache(), work=work, out=out,
+                  mirror_dirs=dirs)
 
 
 def refuse(plan: Plan, *, tools: bool = True) -> None:

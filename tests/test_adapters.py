@@ -262,13 +262,55 @@ def test_serve_execs_zinc_with_its_own_argv(models, tmp_path):
     assert got["argv"][1:] == ["-m", str(models["dense"]), "-p", "8123", "-d", "0", "-c", "2048"]
 
 
-@pytest.mark.skipif(not os.environ.get("ONEBIT_TEST_DS4_SERVER"),
-                    reason="set ONEBIT_TEST_DS4_SERVER to a real ds4-server (e.g. antirez/ds4 `make cpu`)")
-def test_ds4_argv_is_accepted_by_the_real_parser(models, tmp_path):
+@pytest.fixture(scope="module")
+def real_ds4_server(tmp_path_factory, request) -> str:
+    """The real ds4-server: the ds4 recipe's cpu variant built through the project's own plan and executor from the
+    pinned commit, fetched from a git mirror directory (ONEBIT_GIT_MIRRORS; `nox -s tests` points it at
+    ../shared/mirrors), since antirez/ds4 is on GitHub only. ONEBIT_TEST_DS4_SERVER names a ready binary instead."""
+    if os.environ.get("ONEBIT_TEST_DS4_SERVER"):
+        return os.environ["ONEBIT_TEST_DS4_SERVER"]
+    from dataclasses import replace
+
+    from builders import config, fetch, host
+    from builders.execute import Executor
+    from builders.plan import make_plan
+    from builders.plan_types import Layout
+    from conftest import live_output
+
+    project = config.load_project(SRC)
+    pin = project.pins["ds4"]
+    dirs = fetch.mirror_dirs((), os.environ)
+    if not any((d / n).is_dir() for d in dirs for n in config.repo_names(pin.name, pin.url)):
+        pytest.skip(f"ds4 {pin.short} comes from GitHub only ({pin.url}), which this host cannot reach; set "
+                    f"{config.MIRRORS_ENV} to a directory holding ds4.git (`nox -s tests` uses ../shared/mirrors), "
+                    "or ONEBIT_TEST_DS4_SERVER to a ds4-server")
+    base = tmp_path_factory.mktemp("ds4")
+    layout = Layout(root=SRC, cache=base / "cache", work=base / "work", out=base / "out")
+    plan = make_plan(project, "strix", host.gather(project.recipes["ds4"].variant("cpu").toolchain), layout,
+                     only={"ds4-cpu"})
+    assert plan.missing == [], plan.missing
+    need: set[str] = set()
+
+    def walk(step_id: str) -> None:
+        if step_id not in need:
+            need.add(step_id)
+            for n in plan.step(step_id).needs:
+                walk(n)
+
+    walk("stage:ds4-cpu")  # fetch, check out, make cpu, stage: what a bundle ships, without packaging it
+    with live_output(request):
+        Executor(replace(plan, steps=[s for s in plan.steps if s.id in need]), project).run()
+    record = fetch.read_record(layout.git_cache(pin.commit))
+    assert record["commit"] == pin.commit and record["served_by"].startswith("mirror dir "), record
+    return str(layout.staged_prefix("ds4-cpu") / "libexec/onebit/ds4-cpu/bin/ds4-server")
+
+
+@pytest.mark.e2e
+def test_ds4_argv_is_accepted_by_the_real_parser(models, tmp_path, real_ds4_server):
     """The adapter's argv gets past ds4-server's parse_options() to opening the model (CPU build: --backend cpu)."""
     real = tmp_path / DS4
     real.parent.mkdir(parents=True)
-    real.symlink_to(os.environ["ONEBIT_TEST_DS4_SERVER"])
+    real.symlink_to(real_ds4_server)
     real = str(real)
     m = load_manifest(write_manifest(tmp_path, ["ds4"], layout="per-backend", devices={"ds4": ["CPU"]}))
     facts = inspect_model(models["pkg"])

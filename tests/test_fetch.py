@@ -2,16 +2,21 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from builders import fetch
+from builders import config, fetch
 from builders.config import Mirror, Pin
 from builders.errors import FetchError
 from mini_project import git, make_mini
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -152,3 +157,308 @@ def test_corrupt_cache_is_refetched(mini, tmp_path):
     (dest / "junk").write_text("x")
     assert fetch.fetch_pin(pin, dest, tmp_path / "dl").startswith("git ")
     assert not (dest / "junk").exists()
+
+
+# ---- local mirror directories --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("given, env, want", [
+    ((), {}, ()),
+    ((), {"ONEBIT_GIT_MIRRORS": "/m"}, ("/m",)),
+    ((), {"ONEBIT_GIT_MIRRORS": f"/a{os.pathsep}{os.pathsep}/b{os.pathsep}/a"}, ("/a", "/b")),  # empty and repeats dropped
+    (("/opt",), {"ONEBIT_GIT_MIRRORS": "/a"}, ("/opt", "/a")),  # --mirror-dir first, then the variable
+    (("/a", "/a"), {}, ("/a",)),
+])
+def test_mirror_dirs_options_first_then_the_variable(given, env, want):
+    assert fetch.mirror_dirs(given, env) == tuple(Path(p) for p in want)
+
+
+@pytest.mark.parametrize("name, url, want", [
+    ("ds4", "https://github.com/antirez/ds4.git", ("ds4.git",)),
+    ("ds4-rocm", "https://github.com/antirez/ds4.git", ("ds4-rocm.git", "ds4.git")),
+    ("xdna-driver", "https://github.com/amd/xdna-driver.git", ("xdna-driver.git",)),
+    ("zinc", "https://github.com/zolotukhin/zinc", ("zinc.git",)),  # .git added
+    ("rocmfpx", "https://github.com/1bit-MONSTER/ROCmFPX.git", ("rocmfpx.git", "ROCmFPX.git")),
+    ("rocmfpx-upstream", "https://github.com/charlie12345/ROCmFPX.git", ("rocmfpx-upstream.git", "ROCmFPX.git")),
+    ("x", "git@example.invalid:o/y.git", ("x.git", "y.git")),
+    ("x", "file:///srv/repos/y/", ("x.git", "y.git")),
+])
+def test_a_pin_is_looked_up_by_its_name_then_its_url(name, url, want):
+    assert config.repo_names(name, url) == want
+
+
+def test_mirror_dirs_come_before_the_pins_own_mirrors_and_the_url():
+    pin = Pin(name="ds4-rocm", url="https://example.invalid/antirez/ds4.git", policy="branch", cadence="daily",
+              license="MIT", commit="a" * 40, unresolved=None,
+              mirrors=(Mirror("pypi_sdist", {"package": "p", "version": "1", "sha256": "0" * 64, "git_dir": "g"}),))
+    order = [(m.kind, m.spec if m.kind != "pypi_sdist" else "sdist") for m in pin.fetch_order([Path("/a"), Path("/b")])]
+    assert order == [("mirror_dir", "/a/ds4-rocm.git"), ("mirror_dir", "/a/ds4.git"), ("mirror_dir", "/b/ds4-rocm.git"),
+                     ("mirror_dir", "/b/ds4.git"), ("pypi_sdist", "sdist"), ("git", pin.url)]
+    assert pin.fetch_order() == pin.fetch_order([])[-2:]  # without mirror dirs: as before
+
+
+def test_the_upstream_of_a_fork_pin_is_a_pin_named_upstream():
+    project = config.load_project(ROOT)
+    up = fetch.upstream_pin(project.pins["rocmfpx"])
+    raw = project.pins["rocmfpx"].raw["upstream"]
+    assert (up.name, up.url, up.commit) == ("rocmfpx-upstream", raw["url"], raw["commit"])
+    assert config.repo_names(up.name, up.url)[0] == "rocmfpx-upstream.git"  # the team mirror's name for it
+    assert fetch.upstream_pin(project.pins["zinc"]) is None
+
+
+@pytest.mark.parametrize("paths, users, want", [
+    (["data/a.bin"], [("r.yaml", ("data/*.bin",))], []),
+    (["data/a.bin", "src/x.c"], [("r.yaml", ("data/*.bin",))], [("src/x.c", "r.yaml")]),
+    (["data/sub/a.bin"], [("r.yaml", ("data/*.bin",))], [("data/sub/a.bin", "r.yaml")]),  # * stays in one folder
+    (["data/sub/a.bin"], [("r.yaml", ("data/**/*.bin",))], []),
+    (["data/a.bin"], [("r.yaml", ("data/**/*.bin",))], []),  # **/ may be no folder at all
+    (["models/v.gguf"], [("r.yaml", ("models/",))], []),  # a folder covers what is under it
+    (["a.bin"], [("one.yaml", ("*.bin",)), ("two.yaml", ())], [("a.bin", "two.yaml")]),  # every recipe must tolerate it
+    (["a.bin"], [], [("a.bin", "")]),  # nobody said: nothing is tolerated
+    (["x[1].bin"], [("r.yaml", ("x?1?.bin",))], []),  # ? is one character; brackets are literal
+    (["data/a.bin"], [("r.yaml", ("data/a?bin",))], []),
+    (["data/a/bin"], [("r.yaml", ("data/a?bin",))], [("data/a/bin", "r.yaml")]),  # ? never matches /
+])
+def test_which_absent_files_a_recipe_tolerates(paths, users, want):
+    assert fetch.untolerated(paths, users) == want
+
+
+BIG = "data/corpus.bin"
+TOLERATES = [("recipes/hello.yaml", ("data/*.bin",))]
+
+
+@pytest.fixture
+def partial(mini, tmp_path):
+    """The mini upstream with a large data file in the pinned commit, and a mirror dir holding a real git partial
+    clone of it (--filter=blob:limit) that lacks that one blob."""
+    (mini.upstream / "data").mkdir()
+    (mini.upstream / BIG).write_bytes(os.urandom(64 * 1024))
+    (mini.upstream / "data" / "README").write_text("the corpus\n")
+    git(mini.upstream, "add", ".")
+    git(mini.upstream, "commit", "-qm", "add a corpus")
+    commit = git(mini.upstream, "rev-parse", "HEAD")
+    mirrors = tmp_path / "mirrors"
+    mirrors.mkdir()
+    git(mini.upstream, "config", "uploadpack.allowFilter", "true")  # the serving side's (local transports drop -c)
+    git(mirrors, "-c", "protocol.file.allow=always", "clone", "-q", "--bare", "--no-local", "--filter=blob:limit=16k",
+        f"file://{mini.upstream}", "hello.git")
+    big_oid = git(mini.upstream, "rev-parse", f"HEAD:{BIG}")
+    missing = git(mirrors / "hello.git", "-c", "core.hooksPath=/dev/null", "rev-list", "--objects", "--missing=print",
+                  "-n", "1", commit)
+    assert [line for line in missing.splitlines() if line.startswith("?")] == [f"?{big_oid}"]  # really partial
+    return mirrors, commit, big_oid
+
+
+def offline_pin(mini, commit, **kw) -> Pin:
+    """The pin as CI sees it: its canonical URL unreachable (skipped offline), no mirrors of its own."""
+    return pin_for(mini, url="https://example.invalid/hello.git", commit=commit, tag=None, **kw)
+
+
+def test_a_partial_clone_is_accepted_when_the_absent_files_are_tolerated(mini, partial, tmp_path):
+    mirrors, commit, big_oid = partial
+    dest = tmp_path / "cache" / f"{commit}.git"
+    how = fetch.fetch_pin(offline_pin(mini, commit), dest, tmp_path / "dl", offline=True, mirror_dirs=[mirrors],
+                          may_lack=TOLERATES)
+    assert how == (f"mirror dir {mirrors / 'hello.git'} (a partial clone: 1 file(s) absent, tolerated by "
+                   f"source.may_lack: {BIG})")
+    record = json.loads((dest / fetch.RECORD).read_text())
+    assert record == {"pin": "hello", "commit": commit, "served_by": f"mirror dir {mirrors / 'hello.git'}",
+                      "absent": [[BIG, big_oid]]}
+    assert fetch.absent_files(dest) == [(BIG, big_oid)]
+    # the pinned commit is there with every object but the absent blob, and nothing else is missing
+    assert fetch.verify_commit(dest, commit, absent_ok=[big_oid]) is None
+    assert "1 object(s) of commit" in fetch.verify_commit(dest, commit)
+    assert fetch.cached(dest, commit, TOLERATES)
+    assert not fetch.cached(dest, commit, [("recipes/other.yaml", ())])  # a recipe that may read it refetches
+    # the checkout: every present file exactly the pinned tree's, the absent one left out, a clean worktree
+    src = tmp_path / "src"
+    for argv in fetch.worktree_commands(str(dest), str(src), commit, [BIG]):
+        subprocess.run(argv, check=True, capture_output=True)
+    for name in ("CMakeLists.txt", "greet.c", "main.c", "data/README"):
+        assert (src / name).read_bytes() == (mini.upstream / name).read_bytes()
+    assert not (src / BIG).exists()
+    assert git(src, "status", "--porcelain") == ""
+    (src / "greet.c").write_text("changed\n")
+    git(src, "reset", "-q", "--hard", commit)  # how a checkout is reset for new patches: the absent file stays out
+    assert (src / "greet.c").read_bytes() == (mini.upstream / "greet.c").read_bytes() and not (src / BIG).exists()
+
+
+def test_a_partial_clone_lacking_a_file_the_recipe_may_use_is_refused_in_one_line(mini, partial, tmp_path):
+    mirrors, commit, _ = partial
+    dest = tmp_path / "cache" / f"{commit}.git"
+    with pytest.raises(FetchError) as err:
+        fetch.fetch_pin(offline_pin(mini, commit), dest, tmp_path / "dl", offline=True, mirror_dirs=[mirrors],
+                        may_lack=[("recipes/hello.yaml", ("docs/*",))])
+    lines = str(err.value).splitlines()
+    assert lines[1] == (f"    1) mirror dir {mirrors / 'hello.git'}: {mirrors / 'hello.git'} lacks 1 file(s) of "
+                        f"{commit[:7]} that recipes/hello.yaml may use: {BIG} (not matched by its source.may_lack)")
+    assert lines[2] == "    2) git https://example.invalid/hello.git: skipped (offline)"
+    assert not dest.exists() and not list(dest.parent.glob(".*"))  # nothing half-written
+
+
+def test_a_refused_partial_clone_falls_through_to_a_complete_mirror(mini, partial, tmp_path):
+    mirrors, commit, _ = partial
+    dest = tmp_path / "c.git"
+    pin = offline_pin(mini, commit, mirrors=(Mirror("git", f"file://{mini.upstream}"),))
+    assert fetch.fetch_pin(pin, dest, tmp_path / "dl", offline=True, mirror_dirs=[mirrors]) == f"git file://{mini.upstream}"
+    assert fetch.absent_files(dest) == [] and fetch.verify_commit(dest, commit) is None
+    assert fetch.read_record(dest)["served_by"] == f"git file://{mini.upstream}"
+
+
+def test_a_mirror_dir_with_the_wrong_commit_is_skipped_for_the_next(mini, tmp_path):
+    other = tmp_path / "other"  # the same name, another history: not the pinned commit
+    other.mkdir()
+    git(other, "init", "-q", "-b", "main")
+    (other / "main.c").write_text("int main(void){return 1;}\n")
+    git(other, "add", ".")
+    git(other, "commit", "-qm", "another project")
+    first, second = tmp_path / "m1", tmp_path / "m2"
+    for d, up in ((first, other), (second, mini.upstream)):
+        d.mkdir()
+        git(d, "clone", "-q", "--bare", "--no-local", str(up), "hello.git")
+    dest = tmp_path / "c.git"
+    how = fetch.fetch_pin(offline_pin(mini, mini.commit), dest, tmp_path / "dl", offline=True,
+                          mirror_dirs=[tmp_path / "nothing-here", first, second])
+    assert how == f"mirror dir {second / 'hello.git'}"
+    assert fetch.verify_commit(dest, mini.commit) is None and fetch.absent_files(dest) == []
+    assert git(dest, "rev-parse", "refs/onebit/pinned") == mini.commit
+    with pytest.raises(FetchError) as err:  # and when no mirror has it, each says why, in order
+        fetch.fetch_pin(offline_pin(mini, "1" * 40), tmp_path / "d.git", tmp_path / "dl", offline=True,
+                        mirror_dirs=[tmp_path / "nothing-here", first])
+    text = str(err.value)
+    assert f"1) mirror dir {first / 'hello.git'}: does not hold commit {'1' * 40}" in text
+    assert f"(not in the mirror dirs: {tmp_path / 'nothing-here' / 'hello.git'})" in text
+
+
+def test_a_mirror_dir_lacking_a_tree_is_refused(mini, tmp_path):
+    (mini.upstream / "sub").mkdir()
+    (mini.upstream / "sub" / "f.c").write_text("int f;\n")
+    git(mini.upstream, "add", ".")
+    git(mini.upstream, "commit", "-qm", "sub")
+    commit = git(mini.upstream, "rev-parse", "HEAD")
+    repo = tmp_path / "m" / "hello.git"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "--bare")
+    git(repo, "fetch", "-q", str(mini.upstream), "main")  # a few objects arrive loose
+    tree = git(repo, "rev-parse", f"{commit}:sub")
+    (repo / "objects" / tree[:2] / tree[2:]).unlink()
+    with pytest.raises(FetchError) as err:
+        fetch.fetch_pin(offline_pin(mini, commit), tmp_path / "c.git", tmp_path / "dl", offline=True,
+                        mirror_dirs=[tmp_path / "m"], may_lack=[("r.yaml", ("**",))])
+    assert f"1) mirror dir {repo}: cannot read the objects of commit {commit}: " in str(err.value)
+    assert not (tmp_path / "c.git").exists()
+
+
+def test_a_moved_tag_in_a_mirror_dir_is_refused(mini, tmp_path):
+    d = tmp_path / "m"
+    d.mkdir()
+    git(d, "clone", "-q", "--bare", "--no-local", str(mini.upstream), "hello.git")
+    moved = git(d / "hello.git", "rev-parse", "HEAD^{tree}")
+    git(d / "hello.git", "tag", "-f", "v1.0", git(d / "hello.git", "commit-tree", "-m", "x", moved))
+    with pytest.raises(FetchError, match="tag 'v1.0' moved"):
+        fetch.fetch_pin(pin_for(mini, tag="v1.0", url="https://example.invalid/hello.git"), tmp_path / "c.git",
+                        tmp_path / "dl", offline=True, mirror_dirs=[d])
+
+
+def test_git_runs_nothing_from_the_mirror(mini, partial, tmp_path):
+    """A mirror's own config cannot make git run a program: hooks, fsmonitor and a lazy fetch are all off."""
+    mirrors, commit, _ = partial
+    ran = tmp_path / "ran"
+    script = tmp_path / "evil.sh"
+    script.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    script.chmod(0o755)
+    repo = mirrors / "hello.git"
+    for key, value in (("core.hooksPath", str(tmp_path)), ("core.fsmonitor", str(script)),
+                       ("remote.origin.url", f"ext::{script}"), ("protocol.allow", "always")):
+        git(repo, "config", key, value)
+    (tmp_path / "reference-transaction").write_text(script.read_text())
+    (tmp_path / "reference-transaction").chmod(0o755)
+    dest = tmp_path / "c.git"
+    fetch.fetch_pin(offline_pin(mini, commit), dest, tmp_path / "dl", offline=True, mirror_dirs=[mirrors],
+                    may_lack=TOLERATES)
+    assert fetch.absent_files(dest) and not ran.exists()
+    # the control: a plain git reading the absent blob from that mirror does run the mirror's program
+    subprocess.run(["git", "--git-dir", str(repo), "cat-file", "-p", partial[2]], capture_output=True, timeout=60)
+    assert ran.exists()
+
+
+def test_a_build_from_a_partial_mirror_lists_the_absent_files_beside_its_checkout(mini, partial, tmp_path):
+    """The whole flow: the fetch step consults the mirror dir first, the source step checks the pin out sparsely and
+    lists what it lacks beside the checkout; a recipe that does not tolerate the absent file is refused."""
+    from builders import host
+    from builders.execute import Executor
+    from builders.plan import all_tools, make_plan
+    from builders.plan_types import Layout
+
+    mirrors, commit, _ = partial
+    data = mini.pins()
+    data["pins"]["hello"].pop("tag")
+    data["pins"]["hello"].update(commit=commit, url="https://example.invalid/hello.git", mirrors=[])
+    mini.write_pins(data)
+    recipe = mini.recipe()
+    recipe["source"]["may_lack"] = ["data/*.bin"]
+    mini.write_recipe(recipe)
+    project = config.load_project(mini.root)
+    layout = Layout(root=mini.root, cache=tmp_path / "cache", work=tmp_path / "work", out=tmp_path / "out",
+                    mirror_dirs=(mirrors,))
+    plan = make_plan(project, "mini", host.gather(all_tools(project, "mini")), layout)
+    assert plan.step("fetch:hello").data.may_lack == (("recipes/hello.yaml", ("data/*.bin",)),)
+    assert plan.step("fetch:hello").commands[0].argv[:3] == ("git", "--git-dir", str(mirrors / "hello.git"))
+    report = Executor(plan, project, offline=True).run()
+    assert "build:hello" in report.ran
+    src = Path(plan.step(next(s for s in report.ran if s.startswith("source:"))).data.dir)
+    assert src.with_name(src.name + ".onebit-absent").read_text() == f"{BIG}\n"
+    assert (src / "data" / "README").is_file() and not (src / BIG).exists()
+
+    recipe["source"]["may_lack"] = ["docs/**"]
+    mini.write_recipe(recipe)
+    project = config.load_project(mini.root)
+    plan = make_plan(project, "mini", host.gather(all_tools(project, "mini")), layout)
+    with pytest.raises(FetchError) as err:
+        Executor(plan, project, offline=True).run()
+    assert f"lacks 1 file(s) of {commit[:7]} that recipes/hello.yaml may use: {BIG}" in str(err.value)
+
+
+def test_the_checkout_refuses_a_cache_entry_lacking_a_file_its_recipe_may_use(mini, partial, tmp_path):
+    """Defence in depth: a source step whose recipe does not tolerate what the cache entry lacks stops in one line
+    before checking anything out; one that does gets the sparse commands and the list beside its checkout."""
+    from builders.errors import BuildError
+    from builders.execute import Executor
+    from builders.plan_types import Command, Layout, Plan, SourceData, Step
+
+    mirrors, commit, _ = partial
+    dest = tmp_path / "cache" / f"{commit}.git"
+    fetch.fetch_pin(offline_pin(mini, commit), dest, tmp_path / "dl", offline=True, mirror_dirs=[mirrors],
+                    may_lack=TOLERATES)
+    src = tmp_path / "work" / "src" / "hello"
+    layout = Layout(root=mini.root, cache=tmp_path / "cache", work=tmp_path / "work", out=tmp_path / "out")
+
+    def step(may_lack):
+        add = Command(("git", "--git-dir", str(dest), "worktree", "add", "--quiet", "--force", "--detach", str(src), commit))
+        return Step(id="source:hello", action="source", title="check out", key="k", commands=(add,),
+                    data=SourceData(dir=str(src), pin="hello", commit=commit, patches=(), extra=(),
+                                    where="recipes/hello.yaml", may_lack=may_lack))
+
+    executor = Executor(Plan(bundle="mini", version="1", build_number=0, platform="linux-64", layout=layout, steps=[]),
+                        config.load_project(mini.root))
+    with pytest.raises(BuildError) as err:
+        executor._checkout_commands(step(("docs/**",)))
+    assert str(err.value).splitlines()[0] == (f"recipes/hello.yaml: the cache entry of {commit[:7]} ({dest}) lacks {BIG}, "
+                                              "which this recipe may use (no glob of its source.may_lack matches it)")
+    cmds = executor._checkout_commands(step(("data/*.bin",)))
+    assert [c.argv for c in cmds] == fetch.worktree_commands(str(dest), str(src), commit, [BIG])
+    assert src.with_name("hello.onebit-absent").read_text() == f"{BIG}\n"
+
+
+@pytest.mark.parametrize("argv, env, want", [
+    ([], {}, ()),
+    (["--mirror-dir", "/m1", "--mirror-dir", "/m2"], {"ONEBIT_GIT_MIRRORS": "/e"}, ("/m1", "/m2", "/e")),
+    ([], {"ONEBIT_GIT_MIRRORS": "/e"}, ("/e",)),
+])
+def test_the_mirror_dir_option_reaches_the_layout(argv, env, want, monkeypatch):
+    from builders.cli import build_parser
+    from builders.session import layout_for
+
+    monkeypatch.delenv("ONEBIT_GIT_MIRRORS", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    args = build_parser().parse_args([*argv, "plan", "cpu"])
+    assert layout_for(args, "cpu").mirror_dirs == tuple(Path(p) for p in want)

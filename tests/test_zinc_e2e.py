@@ -2,9 +2,9 @@
 from the pin, installed, checked by `1bit check` through zinc's own `--check`, and serving a chat completion through
 `1bit serve --device zinc`.
 
-zinc's source is on GitHub only (no package registry carries it), which CI cannot reach: the test runs where the
-pinned commit can be had from a local git repository, named by ONEBIT_TEST_ZINC_MIRROR (a clone, or a snapshot of
-zolotukhin/zinc), and says so where it cannot."""
+zinc's source is on GitHub only (no package registry carries it), which CI cannot reach: the fetch step takes the pinned
+commit from a git mirror directory (ONEBIT_GIT_MIRRORS; `nox -s tests` points it at ../shared/mirrors when it exists),
+verified like any mirror, and the test says so where no mirror directory holds zinc.git."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,7 @@ import requests
 
 from builders import config, host
 from builders.build import build
-from builders.fetch import cached
+from builders.fetch import cached, mirror_dirs, read_record
 from builders.install import install_bundle
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
@@ -26,7 +26,6 @@ from serve_fixtures import free_port, wait_http
 from tiny_gguf import write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
-MIRROR_ENV = "ONEBIT_TEST_ZINC_MIRROR"
 pytestmark = pytest.mark.e2e
 
 
@@ -36,15 +35,10 @@ def zinc_prefix(cpu_bundle, tmp_path_factory, request):
     pin = project.pins["zinc"]
     cache = cpu_bundle.layout.cache
     dest = cache / "git" / f"{pin.commit}.git"
-    if not cached(dest, pin.commit):
-        mirror = os.environ.get(MIRROR_ENV)
-        if not mirror:
-            pytest.skip(f"zinc {pin.short} comes from GitHub only ({pin.url}), which this host cannot reach; "
-                        f"set {MIRROR_ENV} to a local git repository holding it")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "init", "-q", "--bare", str(dest)], check=True)
-        subprocess.run(["git", "-C", str(dest), "fetch", "-q", "--depth=1", f"file://{Path(mirror).resolve()}",
-                        pin.commit], check=True)
+    if not cached(dest, pin.commit) and not any(
+            (d / n).is_dir() for d in mirror_dirs((), os.environ) for n in config.repo_names(pin.name, pin.url)):
+        pytest.skip(f"zinc {pin.short} comes from GitHub only ({pin.url}), which this host cannot reach; set "
+                    f"{config.MIRRORS_ENV} to a directory holding zinc.git (`nox -s tests` uses ../shared/mirrors)")
     if not list(Path("/usr/share/vulkan/icd.d").glob("lvp_icd*.json")):
         missing_host_tool("Mesa's lavapipe is missing: apt-get install mesa-vulkan-drivers")
     base = tmp_path_factory.mktemp("zinc-bundle")
@@ -57,6 +51,7 @@ def zinc_prefix(cpu_bundle, tmp_path_factory, request):
     with live_output(request):  # zig and the Vulkan SDK are pinned toolchain inputs: assembled first
         plan, _ = build(planned)
     assert plan.missing == [], plan.missing
+    assert read_record(dest)["commit"] == pin.commit  # verified, and which mirror served it is recorded
     prefix = base / "prefix"
     install_bundle(layout.out / "channel", prefix, "strix", cache_dir=base / "pkgs")
     return prefix
