@@ -23,6 +23,7 @@ it. Parsing is python-debian's (deb822 paragraphs, relation fields, Version); no
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -70,11 +71,53 @@ class Chosen:
 
 @dataclass
 class Index:
-    """Every candidate by name and every provider by virtual name, across the suites in order."""
+    """Every candidate by name and every provider by virtual name, across the suites in order. A stanza read from
+    a Packages text is parsed when its name (or a virtual name it provides) is first asked for (`cands`, `provs`);
+    only Essential ones are parsed at once: a suite's 70 000 stanzas are mostly never looked at."""
 
     suites: tuple[str, ...]
     by_name: dict[str, list[Candidate]] = field(default_factory=dict)
     providers: dict[str, list[tuple[Candidate, str | None]]] = field(default_factory=dict)  # virtual -> (pkg, =version)
+    raw: dict[str, list[tuple[int, str, str]]] = field(default_factory=dict)  # name -> (rank, suite, stanza) unparsed
+    raw_providers: dict[str, list[tuple[str, str | None, int]]] = field(default_factory=dict)  # virtual -> (name, =v, rank)
+
+    def cands(self, name: str) -> list[Candidate]:
+        for rank, suite, text in self.raw.pop(name, ()):
+            self._add(_parse_one(text), rank, suite, provides=False)  # its Provides are in raw_providers
+        return self.by_name.get(name, [])
+
+    def provs(self, virtual: str) -> list[tuple[Candidate, str | None]]:
+        for name, version, rank in self.raw_providers.pop(virtual, ()):
+            self.providers.setdefault(virtual, []).extend((c, version) for c in self.cands(name) if c.rank == rank)
+        return self.providers.get(virtual, [])
+
+    def _add(self, st: Mapping[str, str], rank: int, suite: str, provides: bool = True) -> None:
+        if st.get("Architecture", ARCH) not in (ARCH, "all"):
+            return
+        c = Candidate(name=st["Package"], version=st["Version"], suite=suite, rank=rank,
+                      filename=st.get("Filename", ""), sha256=st.get("SHA256", ""), size=int(st.get("Size") or 0),
+                      depends=st.get("Depends", ""), pre_depends=st.get("Pre-Depends", ""),
+                      provides=st.get("Provides", ""), essential=st.get("Essential", "").lower() == "yes",
+                      priority=st.get("Priority", "optional"), source=st.get("Source", "").split(" ")[0])
+        self.by_name.setdefault(c.name, []).append(c)
+        for group in _relations(c.provides) if provides else ():
+            for alt in group:
+                ver = alt.get("version")
+                self.providers.setdefault(alt["name"], []).append((c, ver[1] if ver and ver[0] == "=" else None))
+
+
+_STANZA_SPLIT = re.compile(r"\n\s*\n")
+_NAME = re.compile(r"^Package:[ \t]*(\S+)", re.M)
+_ARCH = re.compile(r"^Architecture:[ \t]*(\S+)", re.M)
+_ESSENTIAL = re.compile(r"^Essential:[ \t]*yes", re.M | re.I)
+_PROVIDES = re.compile(r"^Provides:[ \t]*(.*(?:\n[ \t]+.*)*)", re.M)
+
+
+def _parse_one(text: str) -> dict[str, str]:
+    """One stanza, by python-debian's deb822 parser."""
+    from debian import deb822
+
+    return dict(deb822.Packages(text, fields=list(FIELDS)))
 
 
 def _relations(text: str) -> list[list[dict]]:
@@ -99,23 +142,28 @@ def _for_arch(alt: Mapping) -> bool:
     return not any(a.arch == ARCH for a in arch)
 
 
-def index(suites: Sequence[tuple[str, Iterable[Mapping[str, str]]]]) -> Index:
-    """Pure: an Index over (suite name, its Packages stanzas) in preference order (the base first)."""
+def index(suites: Sequence[tuple[str, str | Iterable[Mapping[str, str]]]]) -> Index:
+    """Pure: an Index over (suite name, its Packages text or parsed stanzas) in preference order (the base first)."""
     idx = Index(suites=tuple(s for s, _ in suites))
     for rank, (suite, stanzas) in enumerate(suites):
-        for st in stanzas:
-            if st.get("Architecture", ARCH) not in (ARCH, "all"):
+        if not isinstance(stanzas, str):
+            for st in stanzas:
+                idx._add(st, rank, suite)
+            continue
+        for text in _STANZA_SPLIT.split(stanzas):
+            name, arch = _NAME.search(text), _ARCH.search(text)
+            if name is None or (arch is not None and arch.group(1) not in (ARCH, "all")):
                 continue
-            c = Candidate(name=st["Package"], version=st["Version"], suite=suite, rank=rank,
-                          filename=st.get("Filename", ""), sha256=st.get("SHA256", ""), size=int(st.get("Size") or 0),
-                          depends=st.get("Depends", ""), pre_depends=st.get("Pre-Depends", ""),
-                          provides=st.get("Provides", ""), essential=st.get("Essential", "").lower() == "yes",
-                          priority=st.get("Priority", "optional"), source=st.get("Source", "").split(" ")[0])
-            idx.by_name.setdefault(c.name, []).append(c)
-            for group in _relations(c.provides):
+            if _ESSENTIAL.search(text):
+                idx._add(_parse_one(text), rank, suite)
+                continue
+            idx.raw.setdefault(name.group(1), []).append((rank, suite, text))
+            provides = _PROVIDES.search(text)
+            for group in _relations(provides.group(1)) if provides else ():  # python-debian's relation parser
                 for alt in group:
                     ver = alt.get("version")
-                    idx.providers.setdefault(alt["name"], []).append((c, ver[1] if ver and ver[0] == "=" else None))
+                    idx.raw_providers.setdefault(alt["name"], []).append(
+                        (name.group(1), ver[1] if ver and ver[0] == "=" else None, rank))
     return idx
 
 
@@ -167,7 +215,7 @@ def resolve(idx: Index, requests: Sequence[Request], *, essential: bool = True, 
             for name, constraint in c.options:  # the first way out not tried yet that some version still allows
                 seen = learnt.setdefault(name, [])
                 if constraint not in seen and any(all(satisfies(x.version, k) for k in [*seen, constraint])
-                                                  for x in idx.by_name.get(name, ())):
+                                                  for x in idx.cands(name)):
                     seen.append(constraint)
                     break
             else:
@@ -189,7 +237,7 @@ class _Conflict(Exception):
 def _pick(idx: Index, name: str, constraints: Sequence, prefer: str | None) -> Candidate | None:
     """The candidate of a real package `name` meeting every constraint: the newest of `prefer`'s suite when the root
     names the package with its suite, else the newest of the earliest suite that has one."""
-    cands = [c for c in idx.by_name.get(name, ()) if all(satisfies(c.version, k) for k in constraints)]
+    cands = [c for c in idx.cands(name) if all(satisfies(c.version, k) for k in constraints)]
     if not cands:
         return None
     if prefer is not None:  # named with its suite: from that suite or not at all
@@ -212,7 +260,7 @@ def _attempt(idx: Index, requests: Sequence[Request], learnt: Mapping[str, Seque
     def take(name: str, constraint, why: str, by: Candidate | None) -> None:
         got = _pick(idx, name, [constraint, *learnt.get(name, ())], prefer.get(name))
         if got is None:
-            have = ", ".join(f"{c.version} ({c.suite})" for c in idx.by_name.get(name, ())) or "none"
+            have = ", ".join(f"{c.version} ({c.suite})" for c in idx.cands(name)) or "none"
             raise _Conflict(away(by), f"{name}{_show(constraint)}: no version in {'/'.join(idx.suites)} satisfies it "
                                       f"(have: {have}); needed by {why}")
         chosen[name] = Chosen(got, why)
@@ -244,7 +292,7 @@ def _attempt(idx: Index, requests: Sequence[Request], learnt: Mapping[str, Seque
             if _pick(idx, name, [constraint, *learnt.get(name, ())], prefer.get(name)) is not None:
                 take(name, constraint, why, by)
                 return
-            provs = [(c, v) for c, v in idx.providers.get(name, ()) if satisfies(v, constraint)
+            provs = [(c, v) for c, v in idx.provs(name) if satisfies(v, constraint)
                      and all(satisfies(c.version, k) for k in learnt.get(c.name, ()))
                      and (c.name not in chosen or chosen[c.name].pkg == c)]
             if provs:
@@ -257,7 +305,10 @@ def _attempt(idx: Index, requests: Sequence[Request], learnt: Mapping[str, Seque
         # nothing chosen fits and nothing new can: move the package that asked, or the chosen one in the way
         blockers = [(a["name"], a.get("version")) for a, st in zip(group, states) if st is False and a.get("version")]
         detail = "; ".join(f"{n} {chosen[n].pkg.version} is chosen for {chosen[n].why}" for n, _ in blockers)
-        raise _Conflict(blockers + away(by), f"{text}: nothing in {'/'.join(idx.suites)} satisfies it; needed by {why}"
+        have = "; ".join(f"{a['name']} " + ", ".join(f"{c.version} ({c.suite})" for c in idx.cands(a["name"]))
+                         for a in group if idx.cands(a["name"]) and a["name"] not in chosen)
+        raise _Conflict(blockers + away(by), f"{text}: nothing in {'/'.join(idx.suites)} satisfies it"
+                                             + (f" (have: {have})" if have else "") + f"; needed by {why}"
                                              + (f" ({detail})" if detail else ""))
 
     seeds = [(r.name, f"the root's request {r}") for r in requests]

@@ -366,7 +366,8 @@ class Executor:
         text = manifest.dumps(doc)
         (nxt / "manifest.json").write_text(text)
         # what this build knew (toolchain versions, sources, dropped shader features) travels beside its bundle
-        facts = toolchain_record.probe(toolchain_record.tools_of(self.plan, self.project), self.layout.cache / "toolchains")
+        facts = toolchain_record.probe(toolchain_record.tools_of(self.plan, self.project), self.layout.cache / "toolchains",
+                                       roots={s.data.name: s.data.dest for s in self.plan.steps if s.action == "root"})
         record = toolchain_record.for_plan(self.plan, self.project, facts, lambda d: _notes(Path(d)))
         (nxt / toolchain_record.FILE).write_text(toolchain_record.dumps(record))
         bundle.write_metapackage(bundle=self.plan.bundle, version=self.plan.version, build_number=self.plan.build_number,

@@ -45,6 +45,7 @@ class RootPin:
     snapshot: str | None
     resolved: tuple[ResolvedDeb, ...]
     where: str = ""
+    essential: bool = True  # the base suite's Essential: yes packages are part of the root
 
     @property
     def key(self) -> str:
@@ -71,7 +72,8 @@ def from_data(data: Mapping, path: Path, where: str = "") -> RootPin:
     return RootPin(name=data["name"], path=Path(path), summary=data["summary"],
                    suites=tuple((s["suite"], s.get("component", "main")) for s in data["suites"]),
                    packages=tuple(data["packages"]), snapshot=data.get("snapshot"),
-                   resolved=tuple(ResolvedDeb(**r) for r in data.get("resolved") or ()), where=where)
+                   resolved=tuple(ResolvedDeb(**r) for r in data.get("resolved") or ()), where=where,
+                   essential=data.get("essential", True))
 
 
 def load_roots(folder: Path) -> tuple[dict[str, RootPin], list[str]]:

@@ -75,8 +75,8 @@ def parse_packages(text: str) -> list[dict[str, str]]:
                                                             fields=list(FIELDS))]
 
 
-def read_index(suite: str, component: str, archives: Sequence[str], *, session=None, log: Log = _noop) -> list[dict]:
-    """The stanzas of one suite's Packages index, from the first archive that serves it."""
+def read_index(suite: str, component: str, archives: Sequence[str], *, session=None, log: Log = _noop) -> str:
+    """One suite's Packages index (its text), from the first archive that serves it."""
     failures = []
     for base in archives:
         url = index_url(base, suite, component)
@@ -99,18 +99,18 @@ def read_index(suite: str, component: str, archives: Sequence[str], *, session=N
         except Exception as exc:  # requests' errors: the next archive may serve it
             failures.append(f"{base}: {type(exc).__name__}: {str(exc)[:200]}")
             continue
-        return parse_packages(text)
+        return text
     raise FetchError(f"no Debian archive served dists/{suite}/{component}/binary-{ARCH}/Packages.xz:\n    "
                      + "\n    ".join(failures or ["no archive is configured"]),
                      hint="set ONEBIT_DEBIAN_MIRROR to a Debian archive that carries the suite")
 
 
-def resolve_closure(root: RootPin, indexes: Sequence[tuple[str, Sequence[Mapping[str, str]]]]) -> list[ResolvedDeb]:
-    """Pure: the root's closure from the suites' stanzas (debian_resolve), as pin entries."""
+def resolve_closure(root: RootPin, indexes: Sequence[tuple[str, str | Sequence[Mapping[str, str]]]]) -> list[ResolvedDeb]:
+    """Pure: the root's closure from the suites' Packages texts (or parsed stanzas; debian_resolve), as pin entries."""
     from . import debian_resolve as dr
 
     try:
-        chosen = dr.resolve(dr.index(indexes), [dr.Request.parse(p) for p in root.packages])
+        chosen = dr.resolve(dr.index(indexes), [dr.Request.parse(p) for p in root.packages], essential=root.essential)
     except dr.ResolveError as exc:
         raise OnebitError(f"root {root.name}: {exc}", where=root.where,
                           hint="name the package with the suite that has it (`name/experimental`), or drop it") from None

@@ -25,32 +25,43 @@ FILE = "toolchain.json"
 SCHEMA = 1
 
 
-def probe(tools: Iterable[Tool], toolchains: Path | None, env: Mapping[str, str] | None = None) -> dict[str, ToolFact]:
-    """Each tool as this host has it, asked for its version even where the recipe states no minimum (the plan only
-    asks when it must compare)."""
+def probe(tools: Iterable[Tool], toolchains: Path | None, env: Mapping[str, str] | None = None,
+          roots: Mapping[str, str] | None = None) -> dict[str, ToolFact]:
+    """Each tool as this host (or its build root: `roots`, name -> assembled dir) has it, asked for its version even
+    where the recipe states no minimum (the plan only asks when it must compare)."""
     env = dict(os.environ if env is None else env)
     out: dict[str, ToolFact] = {}
     for tool in tools:
         if tool.key not in out:
-            out[tool.key] = detect_tool(dataclasses.replace(tool, version=tool.version or ">=0"), env, toolchains)
+            out[tool.key] = detect_tool(dataclasses.replace(tool, version=tool.version or ">=0"), env, toolchains, roots)
     return out
 
 
 def variant_record(variant, facts: Mapping[str, ToolFact], *, package: str, build_string: str,
-                   pin: str | None, commit: str | None, overrides: Mapping[str, str], notes: Mapping) -> dict:
-    """Pure: one variant's record."""
+                   pin: str | None, commit: str | None, overrides: Mapping[str, str], notes: Mapping,
+                   toolchain_overrides: Mapping[str, str] | None = None, build_root: Mapping | None = None) -> dict:
+    """Pure: one variant's record (with the toolchains its environment overrode, and the build root it ran in:
+    name, content address, glibc, and every package by pool path and sha256)."""
     tools, inputs = {}, []
     for tool in variant.toolchain:
         fact = facts.get(tool.key)
         if fact is None or not fact.found:
             continue  # an optional tool the host lacks (ccache)
         tools[tool.tool] = fact.version
+        if fact.override:
+            continue  # not the pinned inputs: toolchain_overrides says what it was
         for w in tool.wheels:  # the pinned toolchain inputs the tool was assembled from
             inputs.append({"tool": tool.tool, "package": w.package, "version": w.version, "sha256": w.sha256})
+        for d in tool.debs:
+            inputs.append({"tool": tool.tool, "package": d.name, "sha256": d.sha256})
     out = {"package": package, "build_string": build_string, "source": {"pin": pin, "commit": commit},
            "tools": dict(sorted(tools.items())), "inputs": sorted(inputs, key=lambda i: (i["tool"], i["package"]))}
     if overrides:
         out["overrides"] = dict(sorted(overrides.items()))
+    if toolchain_overrides:
+        out["toolchain_overrides"] = dict(sorted(toolchain_overrides.items()))
+    if build_root:
+        out["build_root"] = dict(build_root)
     out.update({k: v for k, v in sorted(notes.items())})
     return out
 
@@ -81,12 +92,35 @@ def for_plan(plan: Plan, project: Project, facts: Mapping[str, ToolFact], notes_
         build = plan.step(f"build:{stage.data.variant}")
         source = next((plan.step(n) for n in build.needs if plan.step(n).action == "source"), None)
         entry = stage.data.manifest_entry or {}
+        variant = by_id[stage.data.variant]
         variants[stage.data.variant] = variant_record(
-            by_id[stage.data.variant], facts, package=step.data.name, build_string=step.data.build_string,
+            variant, facts, package=step.data.name, build_string=step.data.build_string,
             pin=source.data.pin if source else None, commit=source.data.commit if source else None,
-            overrides=entry.get("overrides") or {}, notes=notes_of(build.data.build_dir))
+            overrides=entry.get("overrides") or {}, notes=notes_of(build.data.build_dir),
+            toolchain_overrides=_toolchain_overrides(variant, facts),
+            build_root=_build_root(project, variant, stage.data.build_root))
     return {"schema": SCHEMA, "bundle": plan.bundle, "version": plan.version, "build_number": plan.build_number,
             "platform": plan.platform, "project": commit_of(Path(project.root)), "variants": variants}
+
+
+def _toolchain_overrides(variant, facts: Mapping[str, ToolFact]) -> dict[str, str]:
+    return {f.override: f.root or "" for t in variant.toolchain if (f := facts.get(t.key)) is not None and f.override}
+
+
+def _build_root(project: Project, variant, assembled: str | None) -> dict | None:
+    """The build root a variant ran in, as its pin says (and its glibc, as the assembled root recorded)."""
+    if not variant.build_root:
+        return None
+    pin = project.roots[variant.build_root]
+    meta = {}
+    if assembled:
+        try:
+            meta = json.loads((Path(assembled) / "onebit-root.json").read_text())
+        except (OSError, ValueError):
+            meta = {}
+    return {"name": pin.name, "key": pin.key, "snapshot": pin.snapshot, "glibc": meta.get("glibc"),
+            "packages": [{"package": d.package, "version": d.version, "path": d.path, "sha256": d.sha256}
+                         for d in pin.resolved]}
 
 
 def tools_of(plan: Plan, project: Project) -> list[Tool]:

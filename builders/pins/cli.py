@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     st.set_defaults(func=cmd_status)
 
     bp = sub.add_parser("bump", help="move pins according to their policy (edit pins.yaml, or open one PR per pin)")
-    bp.add_argument("names", nargs="*", metavar="NAME", help="pins to bump (default: every pin of --cadence)")
+    bp.add_argument("names", nargs="*", metavar="NAME",
+                    help="pins to bump, `root:NAME` for a build root (default: every pin of --cadence, and the roots)")
     bp.add_argument("--cadence", choices=["daily", "weekly", "manual", "all"], default=None,
                     help="without NAME: only pins of this cadence (default: every pin that is not manual)")
     bp.add_argument("--open-pr", action="store_true", help="push a bump/<pin>-<sha12> branch and open a PR per pin")
@@ -93,10 +95,15 @@ def _summary(lines: list[str]) -> None:
 def cmd_bump(args) -> int:
     console = _console()
     ctx = bumpmod.make_context(_root(args), log=lambda m: console.print(f"[dim]{redact(m)}[/]"))
-    opts = bumpmod.Options(names=args.names, cadence=args.cadence, open_pr=args.open_pr, dry_run=args.dry_run,
+    from . import roots as roots_bump
+
+    pin_names, root_names = roots_bump.split_names(args.names)
+    opts = bumpmod.Options(names=pin_names, cadence=args.cadence, open_pr=args.open_pr, dry_run=args.dry_run,
                            allow_rollback=args.allow_rollback, reason=args.reason, remote=args.remote, repo=args.repo,
                            base_branch=args.base_branch)
-    outcomes = bumpmod.bump(ctx, opts)
+    outcomes = bumpmod.bump(ctx, opts) if pin_names or not root_names else []
+    outcomes += roots_bump.bump_roots(_root(args), replace(opts, names=args.names, dry_run=args.dry_run or args.open_pr),
+                                      names_given=bool(args.names), log=lambda m: console.print(f"[dim]{redact(m)}[/]"))
     table = Table(title="pins bump" + (" (dry run)" if args.dry_run else ""))
     for col in ("pin", "outcome", "detail"):
         table.add_column(col, overflow="fold")
