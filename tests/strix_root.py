@@ -56,3 +56,43 @@ def strix_root() -> Root:
     dest = pin.dest(cache)
     roots.assemble(pin, cache / "downloads", dest)
     return Root(dest)
+
+
+def build_strix(base: Path, only: set[str], request=None):
+    """`1bit-build build strix --only ...` through the project's own plan, in the project cache (the root, the git
+    objects and ccache shared), work and out under `base`; the source from the mirror directory
+    (ONEBIT_GIT_MIRRORS). Returns (plan, layout)."""
+    import contextlib
+
+    from builders import config, fetch, host
+    from builders.build import build
+    from builders.plan import all_tools, make_plan
+    from builders.plan_types import Layout
+    from builders.session import default_cache
+
+    project = config.load_project(PROJECT)
+    for variant in only:
+        recipe = project.recipes.get(variant) or next(r for n, r in project.recipes.items() if variant.startswith(n + "-"))
+        pin = project.pins[recipe.data["source"]["pin"]]
+        dirs = fetch.mirror_dirs((), os.environ)
+        if not any((d / n).is_dir() for d in dirs for n in config.repo_names(pin.name, pin.url)):
+            raise AssertionError(f"{pin.name} {pin.short} comes from GitHub only; set {config.MIRRORS_ENV} to a "
+                                 "directory holding it (`nox -s tests` uses ../shared/mirrors)")
+    strix_root()  # assembled once into the project cache (a download the first time)
+    cache = default_cache()
+    layout = Layout(root=PROJECT, cache=cache, work=base / "work", out=base / "out")
+
+    def planned():
+        facts = host.gather(all_tools(project, "strix"), toolchains=cache / "toolchains",
+                            roots={n: str(p.dest(cache)) for n, p in project.roots.items()})
+        return project, make_plan(project, "strix", facts, layout, only=set(only))
+
+    if request is not None:
+        from conftest import live_output
+        ctx = live_output(request)
+    else:
+        ctx = contextlib.nullcontext()
+    with ctx:
+        plan, _ = build(planned)
+    assert plan.missing == [], plan.missing
+    return plan, layout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 ENV = {**os.environ, "GIT_NO_LAZY_FETCH": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"}
@@ -24,14 +25,18 @@ def export_tree(mirror: Path, commit: str, dest: Path) -> list[str]:
         mode, kind, oid = meta.split()
         entries.append((mode.decode(), kind.decode(), oid.decode(), path.decode()))
     blobs = [e for e in entries if e[1] == "blob"]
-    listed = subprocess.run([*git, "rev-list", "--objects", "--missing=print", commit], capture_output=True, text=True,
+    listed = subprocess.run([*git, "rev-list", "--objects", "--no-walk", "--missing=print", commit], capture_output=True, text=True,
                             check=True, env=ENV).stdout.splitlines()
     missing = {line[1:].split()[0] for line in listed if line.startswith("?")}
     present = [e for e in blobs if e[2] not in missing]
     absent = sorted(e[3] for e in blobs if e[2] in missing)
     proc = subprocess.Popen([*git, "cat-file", "--batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=ENV)
-    proc.stdin.write("".join(f"{e[2]}\n" for e in present).encode())
-    proc.stdin.close()
+    def feed() -> None:  # in its own thread: git answers while it reads, and both pipes have a bounded buffer
+        proc.stdin.write("".join(f"{e[2]}\n" for e in present).encode())
+        proc.stdin.close()
+
+    writer = threading.Thread(target=feed)
+    writer.start()
     for mode, _, oid, path in present:
         header = proc.stdout.readline().split()
         assert header[0].decode() == oid, (header, oid)
@@ -45,6 +50,7 @@ def export_tree(mirror: Path, commit: str, dest: Path) -> list[str]:
             target.write_bytes(data)
             if mode == "100755":
                 target.chmod(0o755)
+    writer.join()
     if proc.wait() != 0:
         raise RuntimeError(f"git cat-file --batch failed in {mirror}")
     return absent
