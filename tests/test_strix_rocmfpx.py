@@ -18,7 +18,6 @@ from strix_root import strix_root
 from strix_sources import export_tree
 
 from builders import config, fetch, offload, stage
-from builders.plan_types import Layout
 from builders.session import default_cache
 
 ROOT = Path(__file__).resolve().parent.parent
