@@ -215,7 +215,7 @@ def test_hrx_three_passes_through_the_shims(shims, tmp_path):
 
 
 def test_tokenizers_cdylib_and_header_through_the_shims(shims, tmp_path):
-    plan, calls, prefix = shims(PROJECT, "strix", "tokenizers", {"hf_tokenizers/include/hf_tokenizer.h": "/* c abi */\n"})
+    plan, calls, prefix = shims(HOST, "strix", "tokenizers", {"hf_tokenizers/include/hf_tokenizer.h": "/* c abi */\n"})
     crates = plan.step("build:tokenizers").commands[0].argv[plan.step("build:tokenizers").commands[0].argv.index("--config") + 1]
     src = next(s for s in plan.steps if s.action == "build").commands[0].argv
     assert [c["argv"] for c in calls] == [["rustc", "--release", "--locked", "--offline", "--config", crates,
