@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
@@ -168,6 +169,26 @@ def crates_ready(dest: Path) -> bool:
     return stamp.is_file() and (dest / "vendor").is_dir() and stamp.read_text().strip() == tree_digest(dest / "vendor")
 
 
+_REGISTRY = re.compile(r"unable to update registry `([^`]+)`")
+_UNREACHABLE = re.compile(r"Could not resolve host: ([^\s)]+)|Failed to connect to ([^\s]+)|"
+                          r"failed to connect to ([^\s:]+)|Connection timed out|timed out|Network is unreachable",
+                          re.IGNORECASE)
+
+
+def cargo_vendor_failure(manifest: str, stderr: str) -> str:
+    """Pure: one line saying why `cargo vendor` failed. A registry cargo could not reach is named as cargo names it (its
+    source name, and the host it reported), so the line says exactly what blocks the crates step; anything else is
+    cargo's last line."""
+    reg, net = _REGISTRY.search(stderr), _UNREACHABLE.search(stderr)
+    if reg and net:
+        host = next((g for g in net.groups() if g), None)
+        name = "the crates registry" if reg.group(1) == "crates-io" else "the registry"
+        return (f"{name} (cargo's `{reg.group(1)}` source{', ' + host if host else ''}) is unreachable from this "
+                f"host: cargo vendor --locked for {manifest} needs it")
+    last = stderr.strip().splitlines()
+    return f"cargo vendor failed for {manifest}: {last[-1].strip() if last else 'no message'}"
+
+
 def vendor_crates(source: Path, manifest: str, dest: Path, *, offline: bool = False, log: Log = _noop) -> str:
     """`cargo vendor --locked` into dest/vendor; dest/config.toml is the config cargo printed, pointing there."""
     if crates_ready(dest):
@@ -186,8 +207,7 @@ def vendor_crates(source: Path, manifest: str, dest: Path, *, offline: bool = Fa
                            str(tmp / "vendor")], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
-        last = proc.stderr.strip().splitlines()
-        raise FetchError(f"cargo vendor failed for {manifest}: {last[-1] if last else proc.returncode}",
+        raise FetchError(cargo_vendor_failure(manifest, proc.stderr),
                          hint="check the network, or that Cargo.lock matches Cargo.toml (--locked)")
     config = proc.stdout.replace(str(tmp / "vendor"), str(dest / "vendor"))
     (tmp / "config.toml").write_text(config)

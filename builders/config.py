@@ -195,6 +195,7 @@ class Variant:
     path: tuple[str, ...] = ()  # folders put first on PATH for the build's commands (toolchain roots' bin/)
     strip: str | None = None  # "debug": strip the debug sections of what ships
     build_root: str | None = None  # roots/<name>.yaml the build step runs inside (None: the host)
+    offload_targets: tuple[str, ...] = ()  # the GPU targets every shipped HIP file must carry exactly (gfx1151)
 
     @property
     def id(self) -> str:
@@ -300,6 +301,7 @@ class Recipe:
             path=tuple(vbuild.get("path", build.get("path", []))),
             strip=vstage.get("strip", stage.get("strip")),
             build_root=build_root,
+            offload_targets=tuple(vstage.get("offload_targets", stage.get("offload_targets", []))),
         )
 
 

@@ -289,6 +289,7 @@ class Executor:
         d: BuildData = step.data
         build_dir = Path(d.build_dir)
         (build_dir / KEY_FILE).unlink(missing_ok=True)
+        (build_dir / stage.OFFLOAD_NOTES).unlink(missing_ok=True)  # the next stage lists the new build's targets
         source_file, flags_file = build_dir / ".onebit-source", build_dir / ".onebit-flags"
         configured = _cmake_home(build_dir)
         used = build_dir.is_dir() and any(build_dir.iterdir())
@@ -424,10 +425,14 @@ NOTES_FILE = ".onebit-notes.json"  # in a build dir: what its configure reported
 
 
 def _notes(build_dir: Path) -> dict:
-    try:
-        return json.loads((build_dir / NOTES_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
+    """What the build reported about itself, plus what its stage found (stage.OFFLOAD_NOTES: the offload targets)."""
+    out: dict = {}
+    for name in (NOTES_FILE, stage.OFFLOAD_NOTES):
+        try:
+            out.update(json.loads((build_dir / name).read_text()))
+        except (OSError, ValueError):
+            pass
+    return out
 
 
 def _cmake_home(build_dir: Path) -> str | None:

@@ -133,8 +133,13 @@ def detect_in_root(tool: Tool, env: Mapping[str, str], root_dir: Path | None) ->
         inside = f"/{ROOT_BIN[0]}/{tool.tool}"
         if assembled:
             inside = next((f"/{d}/{tool.tool}" for d in ROOT_BIN if (root_dir / d / tool.tool).is_file()), inside)
+    # `{tool:T:root}`: what in_root names, less the tool's `path` where it ends with it (the kernel headers' build
+    # tree for in_root .../linux-headers-X/Makefile, path Makefile); else Debian's prefix
+    prefix = ROOT_PREFIX
+    if tool.path and inside.endswith("/" + tool.path.strip("/")) and len(inside) > len(tool.path) + 1:
+        prefix = inside[: -len(tool.path.strip("/")) - 1]
     if not assembled:
-        return ToolFact(tool.key, inside, False, None, ROOT_PREFIX, fetchable=True)
+        return ToolFact(tool.key, inside, False, None, prefix, fetchable=True)
     host_path = root_dir / inside.lstrip("/")
     found = host_path.is_file()
     version = None
@@ -142,7 +147,7 @@ def detect_in_root(tool: Tool, env: Mapping[str, str], root_dir: Path | None) ->
         version = _in_root_run(root_dir, [inside, "--version"]) or _in_root_run(root_dir, [inside, "version"])
     elif found and tool.version and host_path.suffix == ".h":
         version = header_version(host_path.name, host_path.read_text(errors="replace")[:400_000])
-    return ToolFact(tool.key, inside, found, version, ROOT_PREFIX)
+    return ToolFact(tool.key, inside, found, version, prefix)
 
 
 def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = None,

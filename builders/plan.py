@@ -561,7 +561,8 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
                     for t in variant.toolchain if t.key in v.host.tools for w in t.wheels if w.ship)
     key = digest("stage", build.key, variant.install, variant.root, variant.keep, variant.binaries, variant.links,
                  entry, [dataclasses.astuple(t) for t in tests], [dataclasses.astuple(r) for r in runtime],
-                 *([variant.strip] if variant.strip else []))
+                 *([variant.strip] if variant.strip else []),
+                 *([("offload", variant.offload_targets)] if variant.offload_targets else []))
     return Step(id=f"stage:{variant.id}", action="stage",
                 title=f"stage {variant.id} into a DESTDIR, set RPATH $ORIGIN, check it", key=key,
                 commands=_install_commands(v) if variant.install == "build-system" else (),
@@ -574,7 +575,8 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
                                manifest_entry=entry, build_dir=str(v.build_dir), home=v.host.home, tests=tests,
                                test_values={"commit": v.source.commit or "", "commit7": v.source.short},
                                where=str(variant.recipe.path), runtime=runtime, strip=variant.strip,
-                               toolchains=toolchain_roots(v), build_root=v.root.dir if v.root else None))
+                               toolchains=toolchain_roots(v), build_root=v.root.dir if v.root else None,
+                               offload_targets=variant.offload_targets))
 
 
 def plan_package(v: VariantInputs, stage: Step) -> Step:

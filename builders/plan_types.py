@@ -194,6 +194,7 @@ class StageData:
     strip: str | None = None  # "debug": the debug sections of every shipped ELF file are stripped
     toolchains: tuple[str, ...] = ()  # the variant's toolchain roots: an RPATH into one is dropped (link-time only)
     build_root: str | None = None  # the assembled build root the variant was built in: its tests run inside it too
+    offload_targets: tuple[str, ...] = ()  # every shipped HIP file carries exactly these GPU targets (builders/offload.py)
 
 
 @dataclass(frozen=True)

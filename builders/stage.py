@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from onebit.adapters import list_devices
 
-from . import elf, toolchain
+from . import elf, offload, toolchain
 from .elf import is_elf
 from .errors import StageError
 from .plan_types import StageData
@@ -146,6 +146,47 @@ def check_rpaths(prefix: Path, forbidden: Sequence[tuple[str, str]]) -> list[str
 
 # ---- the whole stage step: the executor calls stage_variant and nothing else -----------------------------------
 KEY_FILE = ".onebit-key"
+OFFLOAD_NOTES = ".onebit-offload.json"  # in the build dir, beside the build's notes: the targets the stage found
+LLVM_PATH = ("/usr/lib/llvm-22/bin",)  # where Debian's clang-22 keeps clang-offload-bundler, inside the root
+
+
+def offload_runner(build_root: str | None) -> offload.Runner:
+    """Runs the offload listing with the build root's own LLVM tools (Debian's clang-22 keeps clang-offload-bundler
+    in /usr/lib/llvm-22/bin), entered as the build step enters it (no network, the files bound read-only); on the
+    host's tools where the variant has no build root."""
+    def run(argv, visible: Path) -> subprocess.CompletedProcess:
+        if build_root is not None:
+            from .roots import enter
+
+            argv = enter(argv, root_dir=build_root, env={}, cwd=None, ro=(str(visible),), rw=(), path=LLVM_PATH)
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=600)
+    return run
+
+
+def check_offload(data: StageData, base: Path, work: Path, log: Callable[[str], None]) -> list[str]:
+    """Every shipped HIP file of the variant carries exactly its declared targets (one line otherwise); the targets
+    found are written beside the build's notes, so the manifest and toolchain.json record them."""
+    if not data.offload_targets:
+        return []
+    where = "its build root" if data.build_root else "this host"
+    if data.build_root is None and shutil.which(offload.BUNDLER) is None:
+        raise StageError(f"{data.variant} declares offload targets {', '.join(data.offload_targets)} but "
+                         f"{offload.BUNDLER} is not on this host's PATH", where=data.where,
+                         hint="build the variant in its build root (its clang provides the bundler)")
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        files = offload.check_tree(base, data.offload_targets, offload_runner(data.build_root), scratch_parent=work)
+    except offload.OffloadError as exc:
+        raise StageError(f"{data.variant}: offload check failed: {exc}", where=data.where,
+                         hint="the build's --offload-arch / GPU_TARGETS must be exactly stage.offload_targets") from None
+    found = sorted({t for f in files for t in f.targets})
+    log(f"offload targets of {data.variant} ({offload.BUNDLER} of {where}): "
+        + ", ".join(f"{f.rel} {'/'.join(f.targets)}" for f in files))
+    notes = Path(data.build_dir) / OFFLOAD_NOTES
+    tmp = notes.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"offload_targets": found}))
+    os.replace(tmp, notes)
+    return found
 
 
 def make_links(prefix: Path, root: str, links: Mapping[str, str]) -> None:
@@ -258,6 +299,7 @@ def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[
     if problems:
         raise StageError("RPATH check failed:\n    " + "\n    ".join(problems),
                          hint="a binary would load libraries from the build machine; fix the recipe's link flags")
+    check_offload(data, base, work, log)
     # redistributable runtime libraries (cudart, cuBLAS): after relocation, so they ship byte for byte as their
     # license asks, with their license files and share/onebit/redistributables.json
     toolchain.ship(base, data.runtime)

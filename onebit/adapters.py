@@ -161,18 +161,24 @@ ZINC = Adapter(
 
 # --- ds4 (DwarfStar) -------------------------------------------------------------------------------------------------
 # antirez/ds4 ds4_server.c parse_options(): -m/--model FILE, -c/--ctx N, --host HOST (default 127.0.0.1),
-# --port N (default 8000), --backend metal|cuda|cpu, -t/--threads N. The 1bit-MONSTER/ds4 fork (the 1BP reader,
-# docs/1BP.md: ds4-server takes a .1bp wherever it takes a GGUF) adds the ROCm build, whose help (ds4_help.c,
-# DS4_ROCM_BUILD) offers `--backend NAME: metal, rocm, or cpu`. ds4-server serves one session: no --parallel.
-# It has no device-listing option, so `1bit check` can only see that it runs (`--help`).
+# --port N (default 8000), -t/--threads N, and the backend as --metal | --cuda | --cpu | --backend NAME.
+# The ROCm build is the pinned `rocm` branch (7a751eb5), whose parser has no rocm backend: ds4_server.c:7968-7975
+# parse_backend_arg accepts exactly metal, cuda and cpu ("valid server backends are: metal, cuda, cpu", exit 2 for
+# anything else, so `--backend rocm` never starts), and the ROCm build IS the CUDA backend compiled by hipcc: Makefile
+# :24-34 (GPU_BACKEND=rocm) builds ds4_cuda.cu with $(ROCM_PATH)/bin/hipcc, ds4_cuda.cu:1-2 includes ds4_rocm.h
+# under __HIP_PLATFORM_AMD__ (cuda* names #defined to hip*), and ds4_server.c:7977-7985 makes DS4_BACKEND_CUDA the
+# default of every non-Apple GPU build. So the GPU of a ROCm build is `--backend cuda`; the real ds4-server of the
+# ds4-rocm recipe, built in the pinned root, answers that argv (tests/test_strix_ds4.py). ds4-server serves one
+# session: no --parallel. It has no device-listing option, so `1bit check` can only see that it runs (`--help`).
 
-_DS4_BACKEND = {"ROCm0": "rocm", "CUDA0": "cuda", None: "cpu", "CPU": "cpu"}
+_DS4_BACKEND = {"ROCm0": "cuda", "CUDA0": "cuda", None: "cpu", "CPU": "cpu"}
 
 
 def _ds4(d: Decision) -> Command:
     backend = _DS4_BACKEND.get(d.device)
     if backend is None:
-        raise AdapterError(f"ds4-server has no backend for device {d.device} (it knows rocm, cuda and cpu)")
+        raise AdapterError(f"ds4-server has no backend for device {d.device} (it knows cuda, which is HIP in its ROCm "
+                           "build, and cpu)")
     argv = ["-m", d.model, "--host", d.host, "--port", str(d.port), "--backend", backend]
     if d.ctx_size is not None:
         argv += ["--ctx", str(d.ctx_size)]
@@ -186,7 +192,7 @@ DS4 = Adapter(
     build=_ds4,
     probe=lambda binary: [binary, "--help"],
     parse_devices=None,
-    cites="antirez/ds4 ds4_server.c parse_options(); 1bit-MONSTER/ds4 ds4_help.c (rocm) and docs/1BP.md",
+    cites="antirez/ds4 ds4_server.c parse_options() and parse_backend_arg() at the ds4 and ds4-rocm pins",
 )
 
 

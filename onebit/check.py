@@ -10,7 +10,9 @@ then ONE table: backend, binary, devices claimed, devices seen, unproven, route 
 
 Three outcomes per backend, kept apart:
   - proven: its program ran and saw every device it claims (a program that ran has the CPU);
-  - unproven (its own column, does NOT fail the check): nothing can say which device the backend uses. ds4-server
+  - unproven (its own column, does NOT fail the check): nothing can say which device the backend uses, or this host
+    has no such device at all (no /dev/kfd for ROCm0/HRX0, no /dev/accel for the NPU, no /dev/nvidiactl for CUDA0:
+    `HARDWARE`), so a GPU build checked on a build machine is never "ok" and never failed for the GPU it lacks. ds4-server
     has no device listing at its pins (antirez/ds4 ds4_server.c: only -h/--help prints and exits; the device is
     opened by ds4_engine_open after a model is loaded, ds4.c), so it is run with --help to prove it runs, and a GPU it
     claims stays unproven; the npu backend ships the driver and XRT's plugin, not a program that serves a model;
@@ -21,8 +23,9 @@ Three outcomes per backend, kept apart:
 from __future__ import annotations
 
 import os
+import re
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +45,7 @@ class Probe:
     error: str | None = None  # the program could not be asked (missing, not executable, failed)
     ran: bool = False  # the program ran (so it has the CPU)
     why_unproven: str = ""  # why nothing can say which device it uses
+    missing_lib: str | None = None  # the library the dynamic loader could not find (the program never started)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,33 @@ class Row:
     self_test: str
     ok: bool
     unproven: str = ""  # claimed devices nothing could prove, and why ("" when all are proven or failed)
+
+
+# --- which devices this host can have at all --------------------------------------------------------------------------
+# A device of these kinds exists only where its kernel driver made its node: amdgpu's KFD (/dev/kfd) for HIP and HRX
+# (both open the GPU through the HSA runtime), amdxdna's accel node for the NPU, NVIDIA's control node for CUDA.
+# Vulkan0 is not listed: Mesa's lavapipe gives every host a Vulkan device, so a missing Vulkan0 is always a failure.
+HARDWARE: dict[str, tuple[str, str]] = {
+    "ROCm": ("/dev/kfd", "no AMD GPU driver"),
+    "HRX": ("/dev/kfd", "no AMD GPU driver"),
+    "NPU": ("/dev/accel", "no NPU driver"),
+    "CUDA": ("/dev/nvidiactl", "no NVIDIA driver"),
+}
+_LOADER = re.compile(r"error while loading shared libraries: ([^:\s]+)")
+
+
+def host_nodes() -> frozenset[str]:
+    """The HARDWARE nodes present on this host."""
+    return frozenset(node for node, _ in HARDWARE.values() if os.path.exists(node))
+
+
+def absent_hardware(device: str, nodes: Collection[str]) -> str | None:
+    """Pure: why this host cannot have `device` ("no /dev/kfd on this host: no AMD GPU driver"), or None."""
+    kind = re.sub(r"\d+$", "", device)
+    if kind not in HARDWARE:
+        return None
+    node, what = HARDWARE[kind]
+    return None if node in nodes else f"no {node} on this host: {what}"
 
 
 # --- route self-tests (pure) -----------------------------------------------------------------------------------------
@@ -160,21 +191,38 @@ def probe(manifest: Manifest, backend: str, run: Runner = subprocess.run, env: M
     seen = adapter.parse_devices(r.stdout or "", r.stderr or "") if adapter.parse_devices else None
     if r.returncode != 0 and not seen:
         last = ((r.stderr or r.stdout or "").strip().splitlines() or [""])[-1]
-        return Probe(seen=None, error=f"{path.name} exited {r.returncode}: {last[:120]}")
+        lib = _LOADER.search(r.stderr or "")
+        if lib:  # the loader's line starts with the program's whole path: name the library instead
+            last = f"error while loading shared libraries: {lib.group(1)}"
+        return Probe(seen=None, error=f"{path.name} exited {r.returncode}: {last[:120]}",
+                     missing_lib=lib.group(1) if lib else None)
     if seen is None:
         return Probe(seen=None, ran=True, why_unproven=f"{adapter.program} cannot say which device it uses")
     return Probe(seen=seen, ran=True)
 
 
-def row(manifest: Manifest, backend: str, p: Probe, test: tuple[bool, str]) -> Row:
+def _absent(devices: Collection[str], nodes: Collection[str]) -> dict[str, str]:
+    return {d: why for d in devices if (why := absent_hardware(d, nodes))}
+
+
+def row(manifest: Manifest, backend: str, p: Probe, test: tuple[bool, str], nodes: Collection[str] | None = None) -> Row:
+    """One table row. `nodes`: the HARDWARE nodes of this host (host_nodes()); a claimed device the program does not
+    see, on a host without its node, is unproven instead of failed, and so is a program that cannot even load its
+    GPU runtime there (the dynamic loader's "error while loading shared libraries")."""
     b = manifest.backends[backend]
     adapter = ADAPTERS[b.adapter]
+    nodes = host_nodes() if nodes is None else nodes
     rel = b.binaries.get(adapter.program, f"(no {adapter.program})")
     claimed = tuple(b.devices)
     ok, unproven = test[0], ""
     # llama-server never lists the CPU (common_print_available_devices skips it): a program that ran has it
     seen = (*(p.seen or ()), *(["CPU"] if p.ran and "CPU" in claimed else []))
-    if p.error:
+    gpus = [d for d in claimed if d != "CPU"]
+    absent = _absent(gpus, nodes)
+    if p.error and p.missing_lib and gpus and len(absent) == len(gpus):
+        cell = "none"
+        unproven = f"{', '.join(gpus)}: cannot run here ({p.missing_lib} missing); {next(iter(absent.values()))}"
+    elif p.error:
         cell, ok = f"FAIL: {p.error}", False
     elif p.seen is None:
         open_ = [d for d in claimed if d not in seen]
@@ -184,14 +232,20 @@ def row(manifest: Manifest, backend: str, p: Probe, test: tuple[bool, str]) -> R
     else:
         missing = [d for d in claimed if d not in seen]
         cell = ", ".join(seen) or "none"
-        if missing:
-            cell, ok = f"{cell} — FAIL: missing {', '.join(missing)}", False
+        lacking = [d for d in missing if d in absent]
+        failed = [d for d in missing if d not in absent]
+        if lacking:
+            unproven = "; ".join(f"{d}: {absent[d]}" for d in lacking)
+        if failed:
+            cell, ok = f"{cell} — FAIL: missing {', '.join(failed)}", False
     return Row(backend=backend, binary=rel, claimed=claimed, seen=cell,
                self_test=("" if test[0] else "FAIL: ") + test[1], ok=ok, unproven=unproven)
 
 
-def check(manifest: Manifest, run: Runner = subprocess.run, env: Mapping[str, str] | None = None) -> list[Row]:
-    return [row(manifest, name, probe(manifest, name, run, env), self_test(manifest, name))
+def check(manifest: Manifest, run: Runner = subprocess.run, env: Mapping[str, str] | None = None,
+          nodes: Collection[str] | None = None) -> list[Row]:
+    nodes = host_nodes() if nodes is None else nodes
+    return [row(manifest, name, probe(manifest, name, run, env), self_test(manifest, name), nodes)
             for name in sorted(manifest.backends)]
 
 

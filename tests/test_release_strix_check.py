@@ -64,5 +64,6 @@ def test_strix_prefix_passes_1bit_check_with_npu_unproven(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [npu] = [line for line in proc.stdout.splitlines() if line.lstrip("│ ").startswith("npu")]
     assert "unproven" in npu or "no npu-server to ask" in npu
-    # and the check still fails when a device the bundle claims is not there
-    assert onebit_check(prefix, "Vulkan0").returncode == 1
+    # and the check still fails when a device the bundle claims is not there: Vulkan0 (lavapipe gives every host one);
+    # a ROCm0/HRX0 not seen on a host without /dev/kfd is unproven, not failed (onebit/check.py HARDWARE)
+    assert onebit_check(prefix, "HRX0 ROCm0 NPU0").returncode == 1

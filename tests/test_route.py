@@ -392,7 +392,7 @@ def test_manifest_schema_accepts_every_backend_a_bundle_builds():
 def test_ds4_variants_serve_1bp_packages(models):
     """The ds4 recipe's variants provide ds4-rocm and ds4-cpu (strix holds both): a 1BP package goes to the GPU one."""
     facts = inspect_model(models["pkg"])
-    for held, want, backend_flag in ((("ds4-rocm", "ds4-cpu", "cpu"), "ds4-rocm", "rocm"),
+    for held, want, backend_flag in ((("ds4-rocm", "ds4-cpu", "cpu"), "ds4-rocm", "cuda"),  # HIP is ds4's cuda backend (onebit/adapters.py)
                                      (("ds4-cpu", "cpu"), "ds4-cpu", "cpu")):
         m = Manifest(path=Path("/p/share/onebit/manifest.json"), prefix=Path("/p"), bundle="strix", version="1",
                      build_number=0, platform="linux-64",
@@ -444,7 +444,7 @@ def _serve_plan(shipped_bundles, bundle, argv):
 
 
 STRIX_INSTALL = "is in the strix bundle: install onebit-bundle-strix"
-NO_NPU_PROGRAM = ("no bundle serves it yet: the strix bundle's npu backend ships amdxdna.ko, xrt-plugin, "
+NO_NPU_PROGRAM = ("no bundle serves it yet: the strix bundle's npu backend ships amdxdna.ko, "
                   "not npu-server")
 # (device, bundle) -> ("exec", backend, the --device llama-server gets) | ("refused", rule, the message)
 LEMONADE_TABLE = {

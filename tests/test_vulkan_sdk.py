@@ -23,10 +23,14 @@ PROJECT = config.load_project(ROOT)
 
 
 def test_every_recipe_pins_the_same_sdk():
-    """vulkan and zinc carry the same list: one SDK, assembled once (its root is named by the packages' sha256s)."""
+    """vulkan, zinc and lean's vulkan variant carry the same list: one SDK, assembled once (its root is named by the
+    packages' sha256s)."""
     lists = {name: [t.get("debs") for t in yaml.safe_load((ROOT / "recipes" / f"{name}.yaml").read_text())["toolchain"]
                     if t.get("tool") == "vulkan-sdk"] for name in ("vulkan", "zinc")}
-    assert lists["vulkan"] == lists["zinc"] and len(lists["vulkan"]) == 1 and len(lists["vulkan"][0]) == 8
+    lean = yaml.safe_load((ROOT / "recipes" / "lean.yaml").read_text())["variants"]["vulkan"]["toolchain"]
+    lists["lean-vulkan"] = [t.get("debs") for t in lean if t.get("tool") == "vulkan-sdk"]
+    assert lists["vulkan"] == lists["zinc"] == lists["lean-vulkan"] and len(lists["vulkan"]) == 1
+    assert len(lists["vulkan"][0]) == 8
 
 
 @pytest.mark.parametrize("text, version", [

@@ -36,7 +36,9 @@ class CMakeKind:
         return argv
 
     def build(self, ctx) -> list[Command]:
-        env = env_items(ctx)
+        # HIP sources through ccache too: the environment variable (CMake >= 3.17) sets the launcher only in a project
+        # that enables the HIP language, so no -D goes unused in one that does not
+        env = env_items(ctx, **({"CMAKE_HIP_COMPILER_LAUNCHER": ctx.launcher} if ctx.launcher else {}))
         build = ["cmake", "--build", ctx.build, "--parallel", str(ctx.jobs)]
         targets = [t for t in ctx.targets if t != "all"]
         if targets:

@@ -8,7 +8,8 @@ The project's own flags never replace upstream's: a Makefile's `CFLAGS ?= -O3 ..
 environment, and a command-line CFLAGS replaces even its `CFLAGS += ...`. So the path maps go into the compiler
 variables the recipe passes (CC="cc -ffile-prefix-map=...", NVCC, GPU_CC, ...; CC=cc when it passes none), and the
 flag variables are removed from the environment make inherits (the command's `unset`: `env -u CFLAGS ...` as a
-shell line) unless the recipe sets them.
+shell line) unless the recipe sets them. ccache, where the host (or the build root) has it, goes in front of each
+compiler variable, as CMake's compiler launcher does.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ class MakeKind:
     def build(self, ctx) -> list[Command]:
         _, variables = _split(ctx.options)
         variables = flags.make_variables(variables, ctx.maps)
+        if ctx.launcher:  # ccache in front of every compiler variable (CC, GPU_CC: hipcc runs under ccache too)
+            variables = {k: f"{ctx.launcher} {v}" if flags.compiler_family(k) else v for k, v in variables.items()}
         tree = self.tree(ctx)
         return [
             Command(("rm", "-rf", tree)),
