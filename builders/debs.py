@@ -30,7 +30,7 @@ from pathlib import Path
 
 import requests
 
-from .archives import extract_member, member_problem
+from .archives import member_problem
 from .config import DebInput, file_sha256
 from .errors import FetchError
 from .swap import replace_dir
