@@ -117,6 +117,22 @@ def extract_zip(archive: Path, into: Path, *, select: Callable[[str], bool] = la
     return count
 
 
+def make_dirs(into: Path, parts) -> tuple[Path, str | None]:
+    """Create into/<parts...> one component at a time without following any link: (the directory, None), or (where
+    it stopped, the component that exists and is not a real directory)."""
+    here = into
+    for part in [p for p in parts if p]:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            os.mkdir(here, 0o755)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return here, part
+    return here, None
+
+
 def write_member(into: Path, rel: str, data: bytes, mode: int = 0o644) -> Path:
     """Write one checked member at into/rel without following any link: each parent must be a real directory
     (created when missing), an existing file or link at rel is replaced, the file is opened O_NOFOLLOW|O_EXCL, and
@@ -125,16 +141,9 @@ def write_member(into: Path, rel: str, data: bytes, mode: int = 0o644) -> Path:
     if problem:
         raise ArchiveError(f"member {rel!r} {problem}; refusing to unpack it")
     into.mkdir(parents=True, exist_ok=True)
-    here = into
-    for part in rel.split("/")[:-1]:
-        here = here / part
-        try:
-            st = os.lstat(here)
-        except FileNotFoundError:
-            os.mkdir(here, 0o755)
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            raise ArchiveError(f"member {rel!r}: {part} is not a directory in the unpacked tree; refusing to unpack it")
+    _here, bad = make_dirs(into, rel.split("/")[:-1])
+    if bad is not None:
+        raise ArchiveError(f"member {rel!r}: {bad} is not a directory in the unpacked tree; refusing to unpack it")
     target = into / rel
     if os.path.lexists(target):
         if os.path.isdir(target) and not os.path.islink(target):

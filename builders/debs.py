@@ -30,7 +30,7 @@ from pathlib import Path
 
 import requests
 
-from .archives import member_problem
+from .archives import make_dirs, member_problem
 from .config import DebInput, file_sha256
 from .errors import FetchError
 from .swap import replace_dir
@@ -278,16 +278,9 @@ class _Root:
         return parent
 
     def mkdirs(self, rel: str, deb: str) -> Path:
-        here = self.into
-        for part in [p for p in rel.split("/") if p]:
-            here = here / part
-            try:
-                st = os.lstat(here)
-            except FileNotFoundError:
-                os.mkdir(here, 0o755)
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                raise _refuse(deb, rel, "has a parent that is not a directory")
+        here, bad = make_dirs(self.into, rel.split("/"))
+        if bad is not None:
+            raise _refuse(deb, rel, "has a parent that is not a directory")
         return here
 
     def clear(self, path: Path) -> None:
