@@ -23,12 +23,14 @@ def build(planned: Callable[[], tuple[Project, Plan]], *, offline: bool = False,
     project, plan = planned()
     preflight(plan.layout)
     toolchains = [s for s in plan.steps if s.action in ("toolchain", "root")]
+    fetched = False
     if plan.only_fetchable_missing() and toolchains:
         refuse(plan, tools=False)
         with locked(plan.layout, out=False):
             Executor(replace(plan, steps=toolchains), project, offline=offline, console=console).run()
         project, plan = planned()
-    refuse(plan)
+        fetched = True
+    refuse(plan, fetched=fetched)
     with locked(plan.layout):
         report = Executor(plan, project, offline=offline, force=force, console=console).run()
     return plan, report

@@ -50,14 +50,18 @@ def layout_for(args, bundle: str) -> Layout:
                   mirror_dirs=dirs)
 
 
-def refuse(plan: Plan, *, tools: bool = True) -> None:
+def refuse(plan: Plan, *, tools: bool = True, fetched: bool = False) -> None:
+    """Raise the one refusal naming every problem; `fetched`: the pinned toolchain inputs and build roots were fetched
+    and assembled into the cache first (they decide what is missing), and nothing was built."""
     problems = []
     if plan.refusals:
         problems.append("these recipes use unresolved pins:\n  - " + "\n  - ".join(plan.refusals))
     if tools and plan.missing:
         problems.append("missing toolchains:\n  - " + "\n  - ".join(plan.missing))
     if problems:
-        raise OnebitError(f"cannot build bundle {plan.bundle!r}; nothing was done.\n" + "\n".join(problems),
+        done = ("its pinned toolchain inputs and build roots are in the cache now; nothing was built" if fetched
+                else "nothing was done")
+        raise OnebitError(f"cannot build bundle {plan.bundle!r}; {done}.\n" + "\n".join(problems),
                           hint="set the variables above (or install the tools), or build a subset with --only")
 
 
