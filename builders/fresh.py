@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import debs, sandbox
+from . import debs, gitcmd, sandbox
 
 INCLUDE = ("python3", "ca-certificates")
 INSIDE = "/src/onebit-build"  # where the checkout lands in the root
@@ -211,9 +211,9 @@ def summary(r: Result) -> str:
 
 # ---- effects -------------------------------------------------------------------------------------------------------
 def checkout_files(root: Path) -> list[str]:
-    """git's tracked files and the untracked ones it does not ignore (our own checkout; no fsmonitor, no hooks)."""
-    out = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(root), "ls-files", "-z", "--cached",
-                          "--others", "--exclude-standard", "--deduplicate"], capture_output=True, check=True).stdout
+    """git's tracked files and the untracked ones it does not ignore (our own checkout, read through builders/gitcmd)."""
+    out = gitcmd.run(["-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--deduplicate"],
+                     text=False, check=True).stdout
     return [f for f in out.decode().split("\0") if f]
 
 
