@@ -5,7 +5,11 @@ Each is fetched once into the content-addressed cache, verified, and works offli
   cache/git/<sha>.git and verified to hold that commit; a lock file lists what was found. URLs come from the
   commit's .gitmodules and go through git's own `url.<base>.insteadOf` rewriting, so a mirror is a git config line.
 - crates: `cargo vendor --locked` of a manifest in the checked-out source, keyed by the source commit; the config
-  that cargo prints is kept beside the crates, and a digest of the vendored tree is checked on every reuse.
+  that cargo prints is kept beside the crates, and a digest of the vendored tree is checked on every reuse. cargo
+  reads upstream's manifests, so it runs in the sandbox (builders/sandbox.py): the variant's build root and its
+  cargo (the host's /usr without one), the source read-only, a private HOME and CARGO_HOME, no inherited
+  environment but the proxy variables (so no registry token or credential file of the host is in reach); the network
+  is on, with the host's resolver configuration and CA bundle.
 - Hugging Face: `<endpoint>/<repo>/resolve/<revision>/<file>` for each file pinned in pins.yaml, checked against its
   sha256. The endpoint is $ONEBIT_HF_ENDPOINT (default https://huggingface.co); $HF_TOKEN is sent when set. Downloads
   go through the project's one HTTP session (builders/http.py: 5xx, rate limits and broken connections retried).
@@ -24,7 +28,7 @@ from pathlib import Path
 
 import git
 
-from . import gitcmd, http
+from . import gitcmd, http, sandbox
 from .config import file_sha256, tree_digest
 from .errors import FetchError
 from .fetch import _fetch_into_new_repo, cached, is_local
@@ -189,8 +193,46 @@ def cargo_vendor_failure(manifest: str, stderr: str) -> str:
     return f"cargo vendor failed for {manifest}: {last[-1].strip() if last else 'no message'}"
 
 
-def vendor_crates(source: Path, manifest: str, dest: Path, *, offline: bool = False, log: Log = _noop) -> str:
-    """`cargo vendor --locked` into dest/vendor; dest/config.toml is the config cargo printed, pointing there."""
+# what the crates step sees of the host: the proxy settings cargo and curl honour, the resolver and the CA bundle
+CRATES_PASS_ENV = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
+CRATES_HOST_ETC = ("resolv.conf", "hosts", "ssl/certs/ca-certificates.crt")
+CRATES_TIMEOUT = 1800
+
+
+def host_cargo(environ: Mapping[str, str]) -> tuple[str, tuple[str, ...], dict[str, str]]:
+    """Without a build root: the host's cargo as the sandbox can run it (the program, what to bind read-only, the
+    variables it needs). Debian's /usr/bin/cargo needs nothing more; rustup's proxy (~/.cargo/bin) needs its
+    directory and RUSTUP_HOME, which hold no credentials (those are in CARGO_HOME, which stays out)."""
+    exe = shutil.which("cargo", path=environ.get("PATH"))
+    if exe is None or os.path.realpath(exe).startswith("/usr/"):
+        return exe or "cargo", (), {}
+    ro, env = [os.path.dirname(exe)], {}
+    rustup = environ.get("RUSTUP_HOME") or os.path.join(environ.get("HOME") or "/nonexistent", ".rustup")
+    if os.path.isdir(rustup):
+        ro.append(rustup)
+        env["RUSTUP_HOME"] = rustup
+        if environ.get("RUSTUP_TOOLCHAIN"):
+            env["RUSTUP_TOOLCHAIN"] = environ["RUSTUP_TOOLCHAIN"]
+    return exe, tuple(ro), env
+
+
+def crates_sandbox(source: Path, work: Path, root: str | None, environ: Mapping[str, str],
+                   cargo: tuple[tuple[str, ...], Mapping[str, str]] = ((), {})) -> sandbox.Sandbox:
+    """Pure: where `cargo vendor` runs: in `root` (the variant's build root; None: the host's /usr, with `cargo`'s
+    read-only paths and variables from host_cargo), the source read-only, `work` writable and the working directory
+    (so no cargo config of the project or the host is read), HOME and CARGO_HOME private, the environment only PATH,
+    the locale, the CA bundle and the proxy variables."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "CARGO_HOME": "/tmp/cargo-home",
+           **({"CARGO_HTTP_CAINFO": "/etc/ssl/certs/ca-certificates.crt"} if root else {}), **cargo[1],
+           **{k: environ[k] for k in CRATES_PASS_ENV if environ.get(k)}}
+    return sandbox.Sandbox(env=env, cwd=str(work), root=root, ro=(str(source), *cargo[0]), rw=(str(work),),
+                           network=True, timeout=CRATES_TIMEOUT, host_etc=CRATES_HOST_ETC if root else ())
+
+
+def vendor_crates(source: Path, manifest: str, dest: Path, *, offline: bool = False, log: Log = _noop,
+                  root: str | None = None) -> str:
+    """`cargo vendor --locked` into dest/vendor, in the sandbox (crates_sandbox); dest/config.toml is the config cargo
+    printed, pointing there."""
     if crates_ready(dest):
         return "cache"
     if dest.exists():
@@ -199,16 +241,26 @@ def vendor_crates(source: Path, manifest: str, dest: Path, *, offline: bool = Fa
     if offline:
         raise FetchError(f"crates for {manifest} are not vendored yet ({dest}) and --offline forbids downloading",
                          hint="run `1bit-build fetch BUNDLE` once with network")
+    why = sandbox.why_unavailable()
+    if why:
+        raise FetchError(f"the crates step of {manifest} runs cargo in a sandbox, and this host cannot make one: {why}")
     tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    log(f"cargo vendor --locked ({manifest})")
-    proc = subprocess.run(["cargo", "vendor", "--locked", "--versioned-dirs", "--manifest-path", str(source / manifest),
-                           str(tmp / "vendor")], capture_output=True, text=True, check=False)
+    log(f"cargo vendor --locked ({manifest})" + (f" in build root {root}" if root else ""))
+    exe, ro, env = ("cargo", (), {}) if root else host_cargo(os.environ)
+    argv = [exe, "vendor", "--locked", "--versioned-dirs", "--manifest-path", str(source / manifest),
+            str(tmp / "vendor")]
+    try:
+        proc = sandbox.run(crates_sandbox(source, tmp, root, os.environ, (ro, env)), argv)
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FetchError(f"cargo vendor --locked for {manifest} did not finish in {CRATES_TIMEOUT} s") from None
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise FetchError(cargo_vendor_failure(manifest, proc.stderr),
                          hint="check the network, or that Cargo.lock matches Cargo.toml (--locked)")
+    (tmp / "vendor").mkdir(exist_ok=True)  # a crate without dependencies: cargo makes no vendor directory
     config = proc.stdout.replace(str(tmp / "vendor"), str(dest / "vendor"))
     (tmp / "config.toml").write_text(config)
     (tmp / COMPLETE).write_text(tree_digest(tmp / "vendor") + "\n")

@@ -223,7 +223,7 @@ class Executor:
 
     def do_crates(self, step: Step, progress, task) -> None:
         d: CratesData = step.data
-        how = companions.vendor_crates(Path(d.source), d.manifest, Path(d.dir), offline=self.offline)
+        how = companions.vendor_crates(Path(d.source), d.manifest, Path(d.dir), offline=self.offline, root=d.root)
         self.log(f"crates of {d.manifest}: {how}")
 
     def do_hf(self, step: Step, progress, task) -> None:

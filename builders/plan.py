@@ -241,18 +241,22 @@ def plan_source(project: Project, variant: Variant, layout: Layout, steps: dict[
     return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin, name=pin.name, step_id=step_id)
 
 
-def plan_crates(layout: Layout, recipe: Recipe, source: Source) -> Step:
-    """`cargo vendor` of the checkout's Cargo.toml, cached by source: {crates}."""
+def plan_crates(layout: Layout, recipe: Recipe, source: Source, root: tuple[str, str] | None = None) -> Step:
+    """`cargo vendor` of the checkout's Cargo.toml, cached by source: {crates}. It runs in the sandbox, with the cargo
+    of the variant's build root when it has one (`root`: the root step's id and the assembled root's directory)."""
     manifest = recipe.source["crates"]["manifest"]
     key = digest("crates", source.key, manifest)
     dest = layout.cache / "crates" / key[:16]
+    where = f"in build root {root[0].removeprefix('root:')}'s sandbox" if root else "in the sandbox"
     return Step(id=f"fetch:crates:{recipe.name}", action="crates",
-                title=f"cargo vendor the crates of {manifest} for {recipe.name} (cached by source, offline afterwards)",
+                title=f"cargo vendor the crates of {manifest} for {recipe.name} {where}, network on "
+                      "(cached by source, offline afterwards)",
                 key=key,
                 commands=(Command(("cargo", "vendor", "--locked", "--versioned-dirs", "--manifest-path",
                                    f"{source.dir}/{manifest}", f"{dest}/vendor")),),
-                needs=(source.step_id,) if source.step_id else (),
-                data=CratesData(source=source.dir, manifest=manifest, dir=str(dest), where=str(recipe.path)))
+                needs=(*((source.step_id,) if source.step_id else ()), *((root[0],) if root else ())),
+                data=CratesData(source=source.dir, manifest=manifest, dir=str(dest), where=str(recipe.path),
+                                root=root[1] if root else None))
 
 
 def plan_hf(layout: Layout, pin: Pin) -> Step:
@@ -280,14 +284,14 @@ def hf_unresolved(pin: Pin) -> str | None:
     return f"no sha256 for {', '.join(missing)}" if missing else None
 
 
-def plan_companions(variant: Variant, source: Source, layout: Layout) -> list[Step]:
+def plan_companions(variant: Variant, source: Source, layout: Layout, root: tuple[str, str] | None = None) -> list[Step]:
     """Crates vendored from the checkout and the pin's Hugging Face files, when the recipe asks for them."""
     recipe = variant.recipe
     if source.pin is None:
         return []
     out = []
     if recipe.source.get("crates"):
-        out.append(plan_crates(layout, recipe, source))
+        out.append(plan_crates(layout, recipe, source, root))
     if recipe.source.get("huggingface"):
         out.append(plan_hf(layout, source.pin))
     return out
@@ -315,6 +319,11 @@ def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[St
     return out
 
 
+def root_dir(project: Project, host: HostFacts, layout: Layout, name: str) -> str:
+    """Where build root `name` is assembled: the one the host was given, else its content address in the cache."""
+    return host.roots.get(name) or str(project.roots[name].dest(layout.cache))
+
+
 def plan_root(project: Project, variant: Variant, host: HostFacts, layout: Layout) -> list[Step]:
     """The build root the variant runs in: every package fetched by pool path and sha256, assembled once into the
     cache under its content address (shared by every variant that names it)."""
@@ -322,7 +331,7 @@ def plan_root(project: Project, variant: Variant, host: HostFacts, layout: Layou
     if not name:
         return []
     pin = project.roots[name]
-    dest = host.roots.get(name) or str(pin.dest(layout.cache))
+    dest = root_dir(project, host, layout, name)
     return [Step(id=f"root:{name}", action="root",
                  title=f"fetch {len(pin.resolved)} Debian package(s) ({pin.download_size / 2**20:.0f} MiB, sha256-checked) "
                        f"and assemble build root {name}",
@@ -452,7 +461,7 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
         # a toolkit an override gave (TheRock), or a pinned toolchain input assembled in the cache (the Vulkan SDK)
         ro += sorted({f.root for t in variant.toolchain if (f := host.tools.get(t.key)) is not None and f.root
                       and (f.override or t.wheels or t.debs)})
-        root_use = RootUse(name=variant.build_root, dir=host.roots.get(variant.build_root) or str(pin.dest(layout.cache)),
+        root_use = RootUse(name=variant.build_root, dir=root_dir(project, host, layout, variant.build_root),
                            key=pin.key, ro=tuple(dict.fromkeys(ro)),
                            rw=(str(build_dir), *([ccache_dir] if ccache else [])),
                            mkdirs=(str(build_dir), *([ccache_dir] if ccache else [])))
@@ -628,9 +637,12 @@ def variant_steps(project: Project, variant: Variant, host: HostFacts, layout: L
                   version: str, steps: dict[str, Step], overrides: Mapping[str, str]) -> Step:
     """The variant's steps, planner by planner, in order; returns its package step."""
     source = plan_source(project, variant, layout, steps)
-    companions = [_add(steps, s) for s in plan_companions(variant, source, layout)]
-    inputs = [_add(steps, s) for s in plan_root(project, variant, host, layout) + plan_toolchain(variant, host, layout)
-              + plan_wheels(variant.recipe, host, layout)]
+    # the build root first: the crates step runs its cargo
+    root_steps = [_add(steps, s) for s in plan_root(project, variant, host, layout)]
+    root = (root_steps[0].id, root_steps[0].data.dest) if root_steps else None
+    companions = [_add(steps, s) for s in plan_companions(variant, source, layout, root)]
+    inputs = root_steps + [_add(steps, s) for s in plan_toolchain(variant, host, layout)
+                           + plan_wheels(variant.recipe, host, layout)]
     v = variant_inputs(project, variant, host, layout, source, companions, overrides, build_number, version)
     build = _add(steps, plan_build(v, needs=[*([source.step_id] if source.step_id else []), *(s.id for s in inputs + companions)]))
     stage = _add(steps, plan_stage(v, build))

@@ -118,6 +118,7 @@ class CratesData:
     manifest: str
     dir: str
     where: str
+    root: str | None = None  # the assembled build root whose cargo vendors (None: the host's /usr)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,10 @@ A `Sandbox` says what the command may see; `argv()` (pure) turns it into a bwrap
 - `uid=0` runs the command as root inside: on a host where we are root, as the host's root with every capability
   but no user namespace (apt and dpkg need more than one uid: the _apt user, files of other owners); elsewhere as
   uid 0 of its own user namespace, where only that one uid exists. The default is nobody (65534), and the defaults
-  give exactly the command line this module always gave (the API is backward compatible).
+  give exactly the command line this module always gave (the API is backward compatible);
+- `host_etc` (with `root=DIR`) shows these files of the host's /etc (resolved) at the same place over the root's own
+  etc, which is then laid out entry by entry on a tmpfs: a root has no resolver configuration or CA bundle of its own,
+  and a step that has the network (the crates step's `cargo vendor`) needs the host's.
 
 `why_unavailable()` probes once whether this host can make such a sandbox; a caller that needs one refuses (one line
 naming what to install) instead of running unsandboxed.
@@ -53,6 +56,7 @@ class Sandbox:
     root_rw: bool = False  # with root: the root itself is /, writable
     memory: int | None = None  # bytes of address space (RLIMIT_AS), None: unbounded
     timeout: float | None = None  # seconds, enforced by run()
+    host_etc: tuple[str, ...] = ()  # with root: host /etc files (relative names) shown over the root's etc
 
 
 def _top_level(root: Path, name: str) -> list[str]:
@@ -96,7 +100,9 @@ def argv(sb: Sandbox, command: Sequence[str], *, bwrap: str = BWRAP,
         else:
             for name in _USRMERGE:
                 out += _top_level(base, name)
-        if links is not None or (base / "etc").is_dir():
+        if sb.host_etc and sb.root:
+            out += _etc_with_host_files(base / "etc", sb.host_etc)
+        elif links is not None or (base / "etc").is_dir():
             out += ["--ro-bind", str(base / "etc"), "/etc"]
         out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME,
                 "--tmpfs", "/var", "--dir", "/var/tmp"]
@@ -112,6 +118,24 @@ def argv(sb: Sandbox, command: Sequence[str], *, bwrap: str = BWRAP,
     if sb.cwd:
         out += ["--chdir", sb.cwd]
     return out + ["--", *command]
+
+
+def _etc_with_host_files(etc: Path, names: Sequence[str]) -> list[str]:
+    """bwrap arguments for /etc as the root's etc entry by entry on a tmpfs, with `names` (paths relative to /etc)
+    taken from the host's /etc instead; a host file that does not exist is left out."""
+    tops = {n.split("/", 1)[0] for n in names}
+    out = ["--tmpfs", "/etc"]
+    for entry in sorted(os.listdir(etc)) if etc.is_dir() else ():
+        if entry in tops:
+            continue
+        p = etc / entry
+        out += ["--symlink", os.readlink(p), f"/etc/{entry}"] if p.is_symlink() else ["--ro-bind", str(p), f"/etc/{entry}"]
+    for name in names:
+        src = os.path.realpath(os.path.join("/etc", name))
+        if os.path.isfile(src):
+            out += ["--ro-bind", src, f"/etc/{name}"]
+    out += ["--remount-ro", "/etc"]
+    return out
 
 
 def host_euid() -> int:

@@ -11,7 +11,9 @@ import http.server
 import json
 import shutil
 import subprocess
+import socket
 import threading
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -106,17 +108,39 @@ def test_relative_submodule_urls(url, parent, out):
     assert companions.absolute_url(url, parent) == out
 
 
-def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch, cargo):
+@pytest.fixture
+def git_daemon(tmp_path):
+    """A git daemon on 127.0.0.1 serving tmp_path/served: the crates step's sandbox shares the host's network but
+    none of its files, so a git dependency reaches it as it would from a forge, not through file://."""
+    served = tmp_path / "served"
+    served.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["git", "daemon", "--export-all", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}",
+                             f"--base-path={served}", str(served)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield served, f"git://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait()
+
+
+def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch, cargo, git_daemon):
+    """The crates step without a build root: the host's cargo in the sandbox (host_cargo), a git dependency from a
+    server, then offline from the cache."""
+    served, base = git_daemon
     monkeypatch.setenv("CARGO_HOME", str(tmp_path / "cargo-home"))
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
-    (tmp_path / "gitconfig").write_text("[protocol \"file\"]\n\tallow = always\n")
-    dep = tmp_path / "dep"
+    dep = served / "dep"
     repo(dep, {"Cargo.toml": '[package]\nname = "dep"\nversion = "0.1.0"\nedition = "2021"\n',
                "src/lib.rs": "pub fn answer() -> u32 { 42 }\n"})
     src = tmp_path / "src"
     (src / "app" / "src").mkdir(parents=True)
     (src / "app" / "Cargo.toml").write_text(f'[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n\n'
-                                            f'[dependencies]\ndep = {{ git = "file://{dep}", branch = "main" }}\n')
+                                            f'[dependencies]\ndep = {{ git = "{base}/dep", branch = "main" }}\n')
     (src / "app" / "src" / "lib.rs").write_text("pub fn a() -> u32 { dep::answer() }\n")
     subprocess.run([cargo, "generate-lockfile", "--manifest-path", str(src / "app" / "Cargo.toml")], check=True, capture_output=True)
     dest = tmp_path / "cache" / "crates" / "k"
@@ -134,6 +158,32 @@ def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch, cargo):
     assert not companions.crates_ready(dest)
     with pytest.raises(FetchError, match="do not match their recorded digest"):
         companions.vendor_crates(src, "app/Cargo.toml", dest, offline=True)
+
+
+@pytest.mark.parametrize("where,environ,want", [
+    ("/usr/bin/cargo", {}, ((), {})),  # Debian's cargo: nothing to add
+    ("~/.cargo/bin/cargo", {}, (("~/.cargo/bin", "~/.rustup"), {"RUSTUP_HOME": "~/.rustup"})),  # rustup's proxy
+    ("~/.cargo/bin/cargo", {"RUSTUP_TOOLCHAIN": "1.98.1"},
+     (("~/.cargo/bin", "~/.rustup"), {"RUSTUP_HOME": "~/.rustup", "RUSTUP_TOOLCHAIN": "1.98.1"})),
+])
+def test_host_cargo(tmp_path, where, environ, want):
+    """What the sandbox needs to run the host's cargo: never CARGO_HOME itself (credentials.toml lives there)."""
+    home = tmp_path / "home"
+    exe = Path(where.replace("~", str(home))) if where.startswith("~") else None
+    if exe is not None:
+        exe.parent.mkdir(parents=True)
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+        (home / ".rustup").mkdir()
+        path = str(exe.parent)
+    else:
+        if not Path(where).exists():
+            pytest.skip("no /usr/bin/cargo on this host")
+        path = "/usr/bin"
+    got = companions.host_cargo({"PATH": path, "HOME": str(home), **environ})
+    subst = str(home)
+    assert got[1:] == (tuple(p.replace("~", subst) for p in want[0]), {k: v.replace("~", subst) for k, v in want[1].items()})
+    assert not any(p.endswith(".cargo") for p in got[1])
 
 
 class _Hub(http.server.BaseHTTPRequestHandler):

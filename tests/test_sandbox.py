@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,27 @@ def test_root_rw_writes_into_the_root(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["0", "/root"]
     assert (root / "written").read_text() == "made\n"
+
+
+def test_host_etc_lays_the_roots_etc_out_with_the_hosts_files_over_it(tmp_path):
+    """host_etc (with a root): a tmpfs /etc with each entry of the root's etc bound (a link kept as a link), the named
+    host files bound over it (a missing one left out), then /etc read-only again; without host_etc, one bind."""
+    root = tmp_path / "root"
+    (root / "usr").mkdir(parents=True)
+    (root / "etc" / "ssl").mkdir(parents=True)
+    (root / "etc" / "debian_version").write_text("forky/sid\n")
+    (root / "etc" / "resolv.conf").write_text("nameserver 127.0.0.1\n")
+    (root / "etc" / "mtab").symlink_to("../proc/self/mounts")
+    plain = sandbox.argv(sandbox.Sandbox(root=str(root)), ["true"], bwrap="bwrap")
+    assert ["--ro-bind", str(root / "etc"), "/etc"] == plain[plain.index("/etc") - 2:plain.index("/etc") + 1]
+    a = sandbox.argv(sandbox.Sandbox(root=str(root), host_etc=("resolv.conf", "ssl/certs/none-such.crt")), ["true"],
+                     bwrap="bwrap")
+    start = next(i for i in range(len(a) - 1) if a[i:i + 2] == ["--tmpfs", "/etc"])
+    etc = a[start:a.index("--remount-ro") + 2]
+    want = ["--tmpfs", "/etc", "--ro-bind", str(root / "etc" / "debian_version"), "/etc/debian_version",
+            "--symlink", "../proc/self/mounts", "/etc/mtab"]
+    if Path("/etc/resolv.conf").resolve().is_file():
+        want += ["--ro-bind", str(Path("/etc/resolv.conf").resolve()), "/etc/resolv.conf"]
+    assert etc[-2:] == ["--remount-ro", "/etc"]
+    # the root's resolv.conf and ssl/ are the host's names: left out
+    assert etc[:-2] == want, etc
