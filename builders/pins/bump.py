@@ -45,6 +45,7 @@ class Outcome:
     url: str | None = None
     fork: dict | None = None  # a fork update to push: {bundle, old_tip, new_tip, mode} (builders/pins/report.py)
     drift: list[int] = field(default_factory=list)  # the build-flag check requests of this outcome
+    body: str | None = None  # the PR body of a move that is not a pin's Proposal (a build root's)
 
     @property
     def failed(self) -> bool:
@@ -354,8 +355,15 @@ class Repo:
         self.top = Path(top)
         self.rel = (self.root.resolve() / "pins.yaml").relative_to(self.top.resolve()).as_posix()
 
-    def head_text(self) -> str:
-        return gitops.git(["show", f"HEAD:{self.rel}"], cwd=self.top, what="pins.yaml is not committed").stdout
+    def rel_of(self, path: str | None = None) -> str:
+        """The repository path of `path` (relative to the project root; default pins.yaml)."""
+        if path is None:
+            return self.rel
+        return (self.root.resolve() / path).relative_to(self.top.resolve()).as_posix()
+
+    def head_text(self, path: str | None = None) -> str:
+        rel = self.rel_of(path)
+        return gitops.git(["show", f"HEAD:{rel}"], cwd=self.top, what=f"{path or 'pins.yaml'} is not committed").stdout
 
     def remote_url(self) -> str:
         if "://" in self.remote or self.remote.startswith("/"):
@@ -368,12 +376,15 @@ class Repo:
     def current_branch(self) -> str:
         return gitops.git(["rev-parse", "--abbrev-ref", "HEAD"], cwd=self.top).stdout.strip()
 
-    def commit_and_push(self, text: str, message: str, branch: str) -> str:
+    def commit_and_push(self, text: str, message: str, branch: str, path: str | None = None) -> str:
+        """Commit `text` as `path` (relative to the project root; default pins.yaml) on top of HEAD, in a private index
+        (the working tree and the checkout's index are not touched), and push the commit as `branch`."""
+        rel = self.rel_of(path)
         blob = gitops.git(["hash-object", "-w", "--stdin"], cwd=self.top, input=text).stdout.strip()
         with tempfile.TemporaryDirectory(prefix="onebit-index-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             gitops.git(["read-tree", "HEAD"], cwd=self.top, env=env)
-            gitops.git(["update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}"], cwd=self.top, env=env)
+            gitops.git(["update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}"], cwd=self.top, env=env)
             tree = gitops.git(["write-tree"], cwd=self.top, env=env).stdout.strip()
         commit = gitops.git(["commit-tree", tree, "-p", "HEAD", "-m", message], cwd=self.top).stdout.strip()
         url = self.remote_url()
@@ -496,6 +507,40 @@ def read_evaluation(work: Path) -> tuple[dict, list]:
     return data, drift
 
 
+def pr_target(ctx: Context, opts: Options) -> tuple[Repo, str, str]:
+    """(The token holder) where proposals go: this repository (pushed to opts.remote), its owner/name, the base branch."""
+    ctx.github.need_token()
+    repo = Repo(ctx.root, opts.remote, ctx.token)
+    slug = opts.repo or os.environ.get("GITHUB_REPOSITORY") or decide.repo_slug(repo.remote_url())
+    if not slug:
+        raise OnebitError("cannot tell this repository's owner/name", hint="pass --repo OWNER/NAME or set GITHUB_REPOSITORY")
+    base = opts.base_branch or os.environ.get("ONEBIT_PINS_BASE") or os.environ.get("GITHUB_REF_NAME") or repo.current_branch()
+    return repo, slug, base
+
+
+def already_proposed(ctx: Context, repo: Repo | None, slug: str | None, branch: str) -> str | None:
+    """Whether `branch` was proposed before (the branch exists, or a PR of any state came from it): what says so."""
+    if repo is None:
+        return None
+    if repo.branch_exists(branch):
+        return f"branch {branch} exists"
+    prs = ctx.github.pulls(slug, state="all", head=f"{slug.split('/')[0]}:{branch}")
+    prs = [p for p in prs if (p.get("head") or {}).get("ref") == branch]
+    if prs:
+        return f"PR #{prs[0]['number']} ({prs[0].get('state')})"
+    return None
+
+
+def supersede(ctx: Context, slug: str, number: int, branch: str, older: Callable[[str], bool]) -> None:
+    """Comment on and close every other open PR whose head branch `older` recognises (an earlier proposal of the same
+    pin or root)."""
+    for old in ctx.github.pulls(slug, state="open"):
+        ref = (old.get("head") or {}).get("ref", "")
+        if old["number"] != number and older(ref):
+            ctx.github.comment(slug, old["number"], f"Superseded by #{number} ({branch}).")
+            ctx.github.close_pull(slug, old["number"])
+
+
 def bump(ctx: Context, opts: Options) -> list[Outcome]:
     """(The token holder) evaluate every selected pin in isolation (builders/pins/isolate.py), then push and open PRs
     from the report alone: nothing of upstream's is checked out or run in this process."""
@@ -503,27 +548,14 @@ def bump(ctx: Context, opts: Options) -> list[Outcome]:
     repo = slug = base = None
     head_text = ctx.text
     if opts.open_pr and not opts.dry_run:
-        ctx.github.need_token()
-        repo = Repo(ctx.root, opts.remote, ctx.token)
+        repo, slug, base = pr_target(ctx, opts)
         head_text = repo.head_text()
         if head_text != ctx.text:
             raise OnebitError("pins.yaml differs from the committed one", where=str(ctx.pins_path),
                               hint="commit or stash the change first: a bump PR is based on HEAD")
-        slug = opts.repo or os.environ.get("GITHUB_REPOSITORY") or decide.repo_slug(repo.remote_url())
-        if not slug:
-            raise OnebitError("cannot tell this repository's owner/name", hint="pass --repo OWNER/NAME or set GITHUB_REPOSITORY")
-        base = opts.base_branch or os.environ.get("ONEBIT_PINS_BASE") or os.environ.get("GITHUB_REF_NAME") or repo.current_branch()
 
     def proposed(branch: str) -> str | None:
-        if repo is None:
-            return None
-        if repo.branch_exists(branch):
-            return f"branch {branch} exists"
-        prs = ctx.github.pulls(slug, state="all", head=f"{slug.split('/')[0]}:{branch}")
-        prs = [p for p in prs if (p.get("head") or {}).get("ref") == branch]
-        if prs:
-            return f"PR #{prs[0]['number']} ({prs[0].get('state')})"
-        return None
+        return already_proposed(ctx, repo, slug, branch)
 
     with tempfile.TemporaryDirectory(prefix="onebit-pins-eval-") as tmp:
         if opts.from_report:
@@ -586,11 +618,7 @@ def _deliver(ctx: Context, out: Outcome, opts: Options, repo: Repo | None, slug:
         labels = [decide.ROLLBACK_LABEL] * bool(p.rollback_reason) + [decide.HELD_LABEL] * bool(p.held)
         if labels:
             ctx.github.add_labels(slug, pr["number"], labels)
-        for old in ctx.github.pulls(slug, state="open"):
-            ref = (old.get("head") or {}).get("ref", "")
-            if old["number"] != pr["number"] and decide.is_branch_of(out.pin, ref):
-                ctx.github.comment(slug, old["number"], f"Superseded by #{pr['number']} ({p.branch}).")
-                ctx.github.close_pull(slug, old["number"])
+        supersede(ctx, slug, pr["number"], p.branch, lambda ref: decide.is_branch_of(out.pin, ref))
     except OnebitError as exc:
         return Outcome(out.pin, "error", str(exc), p)
     if p.held:
