@@ -131,6 +131,12 @@ def render(text: str, resolved: Sequence[ResolvedDeb], snapshot: str) -> str:
     return "".join(out)
 
 
+def moved_text(text: str, old_snapshot: str | None, resolved: Sequence[ResolvedDeb], changed: bool, stamp: str) -> str:
+    """Pure: the pin file a re-resolution writes (builders.roots.resolve_file): `text` with the closure `resolved`, the
+    snapshot timestamp `stamp` when the closure changed (or the file had none), else the old one kept."""
+    return render(text, resolved, stamp if changed or not old_snapshot else old_snapshot)
+
+
 @dataclass(frozen=True)
 class Change:
     package: str

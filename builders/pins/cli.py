@@ -119,10 +119,23 @@ def cmd_bump(args) -> int:
                            base_branch=args.base_branch, report=args.report, from_report=args.from_report)
     if args.report and (args.from_report or args.open_pr):
         raise OnebitError("--report only evaluates: it takes neither --from-report nor --open-pr")
+    log = lambda m: console.print(f"[dim]{redact(m)}[/]")  # noqa: E731
+    root_opts = replace(opts, names=args.names)
+    moves = None
+    if args.from_report or args.open_pr:  # roots.json read and checked before any pin's PR is pushed
+        data = roots_bump.load_report(args.from_report) if args.from_report else \
+            roots_bump.in_process(_root(args), root_opts, names_given=bool(args.names), log=log)
+        moves = roots_bump.verified_moves(ctx, opts, data)
     outcomes = bumpmod.bump(ctx, opts) if pin_names or not root_names else []
-    if not args.from_report:  # a root's move is read from Debian's indexes here (no upstream content is evaluated)
-        outcomes += roots_bump.bump_roots(_root(args), replace(opts, names=args.names, dry_run=args.dry_run or args.open_pr),
-                                          names_given=bool(args.names), log=lambda m: console.print(f"[dim]{redact(m)}[/]"))
+    # a root's move is read from Debian's indexes here (no upstream content is evaluated)
+    if args.report:  # the evaluating job: nothing is written into the checkout; roots.json joins the artifact
+        entries = roots_bump.evaluate_roots(_root(args), root_opts, names_given=bool(args.names), log=log)
+        roots_bump.write_report(args.report, entries)
+        outcomes += [roots_bump.entry_outcome(e) for e in entries]
+    elif moves is not None:
+        outcomes += roots_bump.deliver(ctx, opts, moves)
+    else:  # a local run: the file is written in place (as `roots resolve`)
+        outcomes += roots_bump.bump_roots(_root(args), root_opts, names_given=bool(args.names), log=log)
     table = Table(title="pins bump" + (" (dry run)" if args.dry_run else ""))
     for col in ("pin", "outcome", "detail"):
         table.add_column(col, overflow="fold")
@@ -138,6 +151,9 @@ def cmd_bump(args) -> int:
             if o.proposal:
                 console.rule(f"{o.pin}: {o.proposal.branch}")
                 console.print(redact(render_pr_body(o.proposal)), markup=False)
+            elif o.body:
+                console.rule(o.pin)
+                console.print(redact(o.body), markup=False)
     _summary(md)
     failed = [o for o in outcomes if o.failed]
     for o in failed:

@@ -5,22 +5,49 @@ the drift report (package by package: added, removed, another version or suite).
 would move backwards, when a package would go to an older version (experimental dropped an upload, a suite rolled
 back): the file stays as it is unless --allow-rollback with a --reason. A root that no longer resolves (a requested
 package left its suite) is refused with the resolver's one line. Roots are weekly pins; `pins bump root:NAME` names one.
+
+A move is delivered like a pin's (docs/pins.md):
+- a local run (no --open-pr, --report or --from-report) writes the file in place, as `roots resolve` does;
+- `--report DIR` (the evaluating job, no token) writes nothing into the checkout: what each root would become goes
+  into DIR/roots.json (name, state, detail, the sha256 of the checkout's file, the new file's text);
+- `--from-report DIR` (the token holder), and `--open-pr` (which evaluates and delivers in one process), read that
+  back strictly (`read_report`): a root of this checkout, made from its committed file, the new text exactly that
+  file with another generated part, valid against schemas/root.schema.json. Each root that moves gets its own PR on
+  onebit/bump-root-<name>-<sha12 of the new text>, committed without touching the working tree; older open PRs of
+  the same root are superseded. A held root opens nothing.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+import re
+import tempfile
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from debian.debian_support import Version
 
 from ..errors import OnebitError
-from ..root_pins import Change, RootPin, describe, load_roots
+from ..root_pins import Change, RootPin, describe, diff, load_roots, moved_text
+from . import report
 from .bump import Options, Outcome
 
 PREFIX = "root:"
 CADENCE = "weekly"
+REPORT = "roots.json"  # beside report.json in the evaluating job's artifact
+VERSION = 1
+MAX_FILE = 4 << 20  # bytes of one roots/<name>.yaml in the report (strix-sid is ~60 KiB)
+MAX_REPORT = 64 << 20  # bytes of roots.json
+MAX_DETAIL = 20_000
+STATES = ("current", "would-propose", "held", "refused", "error")
+BRANCH_PREFIX = "onebit/bump-root-"
+BODY_LIMIT = 60_000  # GitHub refuses a PR body over 65536 characters
+MARKER = "<!-- onebit-root-bump"
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+ENTRY_NAME = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,99})$")
 
 
+# ---- pure ------------------------------------------------------------------------------------------------------------
 def split_names(names: Sequence[str]) -> tuple[list[str], list[str]]:
     """Pure: (pin names, root names) of the names given to `pins bump` (a root is named `root:NAME`)."""
     pins = [n for n in names if not n.startswith(PREFIX)]
@@ -46,24 +73,146 @@ def backwards(changes: Sequence[Change], old: Sequence, new: Sequence) -> list[s
     return out
 
 
-def bump_root(pin: RootPin, opts: Options, *, resolve: Callable | None = None, log: Callable[[str], None] = lambda m: None) -> Outcome:
-    """One root: resolve it now, report the drift, write it (unless dry run or held)."""
+def decision(changes: int, older: Sequence[str], allowed: bool) -> str:
+    """Pure: what a re-resolution with `changes` changed packages does to the root: current (nothing moved), held
+    (a package would go backwards and no --allow-rollback --reason allows it), else would-propose."""
+    if not changes:
+        return "current"
+    if older and not allowed:
+        return "held"
+    return "would-propose"
+
+
+def held_detail(older: Sequence[str]) -> str:
+    return ("would move to an older version: " + "; ".join(older)
+            + " (pins bump --allow-rollback --reason TEXT moves it)")
+
+
+def move_detail(changes: Sequence[Change], packages: int) -> str:
+    return f"{len(changes)} change(s), {packages} packages: " + "; ".join(describe(changes))
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def branch_name(name: str, text: str) -> str:
+    """Pure: the branch a root's move lives on; named by the root and the new file's content."""
+    return f"{BRANCH_PREFIX}{name}-{digest(text)[:12]}"
+
+
+def is_branch_of(name: str, ref: str) -> bool:
+    """Pure: whether `ref` is a move branch of root `name` (not of a root whose name only starts the same)."""
+    prefix = f"{BRANCH_PREFIX}{name}-"
+    return ref.startswith(prefix) and re.fullmatch(r"[0-9a-f]{12}", ref[len(prefix):]) is not None
+
+
+def pr_title(name: str, changes: int) -> str:
+    return f"roots: move {name} ({changes} packages changed)"
+
+
+def pr_body(name: str, changes: Sequence[Change], snapshot: str | None, text: str, *, rollback: str | None = None,
+            older: Sequence[str] = ()) -> str:
+    """Pure: the PR body: what moved (package by package), the snapshot timestamp, the rollback reason if any."""
+    lines = [f"Automated move of the build root **{name}** (`roots/{name}.yaml`): re-resolved against its suites' "
+             "Packages indexes; only the generated part of the file (snapshot and resolved) changes.", "",
+             f"Snapshot: `{snapshot}` (the timestamp at which Debian's snapshot archive still serves every pool path "
+             "of the new closure).", ""]
+    if rollback:
+        lines += [f"> **Rollback**: {rollback}", ">", "> Packages that move to an older version:"]
+        lines += [f"> - {o}" for o in older] + [""]
+    lines += [f"### Changes ({len(changes)})", ""]
+    lines += [f"- `{line}`" for line in describe(changes)]
+    end = ["", f"{MARKER} root={name} sha256={digest(text)} -->"]
+    body = "\n".join(lines + end)
+    if len(body) > BODY_LIMIT:
+        body = body[:BODY_LIMIT] + "\n\n… (truncated)" + "\n".join(end)
+    return body
+
+
+def commit_message(name: str, changes: Sequence[Change], snapshot: str | None, rollback: str | None) -> str:
+    lines = [pr_title(name, len(changes)), ""] + describe(changes)[:500]
+    if len(changes) > 500:
+        lines.append(f"... and {len(changes) - 500} more")
+    lines += ["", f"Snapshot: {snapshot}"] + ([f"Rollback: {rollback}"] if rollback else [])
+    return "\n".join(lines) + "\n"
+
+
+# ---- evaluating (no token) -------------------------------------------------------------------------------------------
+def _resolver(resolve: Callable | None) -> Callable:
+    if resolve is not None:
+        return resolve
     from .. import roots
 
-    resolve = resolve or roots.resolve_file
+    return roots.resolve_file
+
+
+def evaluate_root(pin: RootPin, opts: Options, *, resolve: Callable | None = None, stamp: str | None = None,
+                  log: Callable[[str], None] = lambda m: None) -> dict:
+    """One root resolved now, nothing written: its roots.json entry (the new file's text when it moves)."""
+    from ..roots import snapshot_stamp
+
+    text = pin.path.read_text(encoding="utf-8")
+    entry = {"name": pin.name, "state": "current", "detail": "", "base_sha256": digest(text), "text": None}
+    try:
+        resolved, changes = _resolver(resolve)(pin, write=False, log=log)
+    except OnebitError as exc:
+        return {**entry, "state": "refused", "detail": exc.what}
+    older = backwards(changes, pin.resolved, resolved)
+    state = decision(len(changes), older, bool(opts.allow_rollback and opts.reason))
+    if state == "current":
+        return {**entry, "detail": f"{len(resolved)} packages, snapshot {pin.snapshot}"}
+    new = moved_text(text, pin.snapshot, resolved, True, stamp or snapshot_stamp())
+    return {**entry, "state": state, "text": new,
+            "detail": held_detail(older) if state == "held" else move_detail(changes, len(resolved))}
+
+
+def evaluate_roots(root: Path, opts: Options, *, names_given: bool, log: Callable[[str], None] = lambda m: None,
+                   resolve: Callable | None = None, stamp: str | None = None) -> list[dict]:
+    """Every selected root of the project at `root`, in name order, as roots.json entries (nothing is written)."""
+    found, problems = load_roots(Path(root) / "roots")
+    if problems:
+        return [{"name": "*", "state": "error", "detail": "; ".join(problems)[:MAX_DETAIL], "base_sha256": None,
+                 "text": None}]
+    _, wanted = split_names(opts.names)
+    out = [{"name": n if ENTRY_NAME.match(n) else "*", "state": "error", "base_sha256": None, "text": None,
+            "detail": f"no build root named {n!r}; roots/ has: {', '.join(sorted(found))}"[:MAX_DETAIL]}
+           for n in sorted(set(wanted) - set(found))]
+    for name in selected(sorted(found), wanted, names_given, opts.cadence):
+        out.append(evaluate_root(found[name], opts, resolve=resolve, stamp=stamp, log=log))
+    return out
+
+
+def write_report(work: Path, entries: Sequence[dict]) -> Path:
+    """roots.json into `work`, written aside and swapped into place."""
+    from ..swap import write_text_atomic
+
+    out = Path(work) / REPORT
+    write_text_atomic(out, report.dumps({"version": VERSION, "roots": list(entries)}))
+    return out
+
+
+def entry_outcome(e: dict) -> Outcome:
+    """How an evaluated entry shows in `pins bump`'s table."""
+    return Outcome(PREFIX + e["name"], e["state"], e["detail"])
+
+
+# ---- the local run: the file written in place (as `roots resolve`) ---------------------------------------------------------
+def bump_root(pin: RootPin, opts: Options, *, resolve: Callable | None = None, log: Callable[[str], None] = lambda m: None) -> Outcome:
+    """One root: resolve it now, report the drift, write it (unless dry run or held)."""
+    resolve = _resolver(resolve)
     name = PREFIX + pin.name
     try:
         resolved, changes = resolve(pin, write=False, log=log)
     except OnebitError as exc:
         return Outcome(name, "refused", exc.what)
-    if not changes:
-        return Outcome(name, "current", f"{len(resolved)} packages, snapshot {pin.snapshot}")
-    report = describe(changes)
     older = backwards(changes, pin.resolved, resolved)
-    if older and not (opts.allow_rollback and opts.reason):
-        return Outcome(name, "held", "would move to an older version: " + "; ".join(older)
-                       + " (pins bump --allow-rollback --reason TEXT moves it)")
-    detail = f"{len(changes)} change(s), {len(resolved)} packages: " + "; ".join(report)
+    state = decision(len(changes), older, bool(opts.allow_rollback and opts.reason))
+    if state == "current":
+        return Outcome(name, "current", f"{len(resolved)} packages, snapshot {pin.snapshot}")
+    if state == "held":
+        return Outcome(name, "held", held_detail(older))
+    detail = move_detail(changes, len(resolved))
     if opts.dry_run:
         return Outcome(name, "would-propose", detail)
     resolve(pin, write=True, log=log)
@@ -83,3 +232,183 @@ def bump_roots(root: Path, opts: Options, *, names_given: bool, log: Callable[[s
     for name in selected(sorted(found), wanted, names_given, opts.cadence):
         out.append(bump_root(found[name], opts, resolve=resolve, log=log))
     return out
+
+
+# ---- the token holder: roots.json read back strictly -----------------------------------------------------------------
+@dataclass(frozen=True)
+class RootMove:
+    name: str
+    state: str  # STATES
+    detail: str
+    text: str | None = None  # the new roots/<name>.yaml (would-propose, held)
+    changes: tuple[Change, ...] = ()
+    older: tuple[str, ...] = ()
+    snapshot: str | None = None
+
+
+def parse_root_text(name: str, text: str, where: str) -> RootPin:
+    """`text` read as roots/<name>.yaml by the project's loader (builders.root_pins.load_roots: YAML, the schema, the
+    name matching the file, the package requests); its first problem as a ReportError naming `where`."""
+    with tempfile.TemporaryDirectory(prefix="onebit-root-check-") as tmp:
+        f = Path(tmp) / f"{name}.yaml"
+        f.write_text(text, encoding="utf-8")
+        found, problems = load_roots(Path(tmp))
+    if problems or name not in found:
+        first = (problems or ["not a build root"])[0]
+        for p in (str(f.resolve()), str(f)):
+            first = first.replace(p, where)
+        raise report.ReportError(first.splitlines()[0])
+    return found[name]
+
+
+def read_report(data, known: Collection[str], committed: Callable[[str], str], allowed: bool) -> list[RootMove]:
+    """roots.json (as parsed JSON) checked against this checkout: `known` its roots, `committed(name)` the text of its
+    committed roots/<name>.yaml; the state of each move decided again here from the two files (`decision`), never
+    taken from the report. Anything else than what `evaluate_roots` writes is one ReportError."""
+    try:
+        return _read(data, known, committed, allowed)
+    except report.ReportError as exc:
+        raise report.ReportError(f"{REPORT}: {exc.what}; nothing was pushed or opened") from None
+
+
+def _read(data, known: Collection[str], committed: Callable[[str], str], allowed: bool) -> list[RootMove]:
+    bad = report._bad
+    top = report._obj(data, "the top level", {"version", "roots"}, {"version", "roots"})
+    if report._int(top["version"], "version") != VERSION:
+        raise bad("version", f"{top['version']!r}, not {VERSION}")
+    out: list[RootMove] = []
+    seen: set[str] = set()
+    for i, e in enumerate(report._list(top["roots"], "roots")):
+        w = f"roots[{i}]"
+        keys = {"name", "state", "detail", "base_sha256", "text"}
+        e = report._obj(e, w, keys, keys)
+        name = report._str(e["name"], f"{w}.name", limit=100)
+        state = report._str(e["state"], f"{w}.state", limit=40)
+        detail = report._str(e["detail"], f"{w}.detail", limit=MAX_DETAIL)
+        base = report._str(e["base_sha256"], f"{w}.base_sha256", none=True, limit=64)
+        text = report._str(e["text"], f"{w}.text", none=True, limit=MAX_FILE)
+        if state not in STATES:
+            raise bad(f"{w}.state", f"unknown state {state!r}")
+        if state == "error":  # the evaluating side's failure (an unknown name, a roots/ that does not load): told again
+            if not ENTRY_NAME.match(name) or base is not None or text is not None:
+                raise bad(w, "an error entry names no file and carries no text")
+            out.append(RootMove(name, state, detail))
+            continue
+        if name not in known:
+            raise bad(f"{w}.name", f"{name!r} is not a build root of this checkout")
+        if name in seen:
+            raise bad(f"{w}.name", f"{name!r} comes twice")
+        seen.add(name)
+        head = committed(name)
+        if not SHA256.match(base or "") or base != digest(head):
+            raise bad(f"{w}.base_sha256", f"made from another roots/{name}.yaml than this checkout's committed one")
+        if state in ("current", "refused"):
+            if text is not None:
+                raise bad(f"{w}.text", f"a {state} root carries no new file")
+            out.append(RootMove(name, state, detail))
+            continue
+        if text is None:
+            raise bad(f"{w}.text", f"a {state} root carries its new file")
+        if len(text.encode("utf-8")) > MAX_FILE:
+            raise bad(f"{w}.text", f"larger than {MAX_FILE} bytes")
+        old = parse_root_text(name, head, f"roots/{name}.yaml")
+        new = parse_root_text(name, text, f"{REPORT} {w}.text")
+        if not new.snapshot or moved_text(head, old.snapshot, new.resolved, True, new.snapshot) != text:
+            raise bad(f"{w}.text", f"not the committed roots/{name}.yaml with another closure (the bot changes only the "
+                                   "generated snapshot and resolved part)")
+        changes = diff(old.resolved, new.resolved)
+        if not changes:
+            raise bad(f"{w}.text", "moves no package")
+        older = backwards(changes, old.resolved, new.resolved)
+        state = decision(len(changes), older, allowed)
+        detail = held_detail(older) if state == "held" else move_detail(changes, len(new.resolved))
+        out.append(RootMove(name, state, detail, text, tuple(changes), tuple(older), new.snapshot))
+    return out
+
+
+def load_report(work: Path):
+    """roots.json of a downloaded artifact, as parsed JSON (bounded in size)."""
+    path = Path(work) / REPORT
+    try:
+        size = path.stat().st_size
+        if size > MAX_REPORT:
+            raise report.ReportError(f"{REPORT}: larger than {MAX_REPORT} bytes; nothing was pushed or opened")
+        return report.loads(path.read_text(encoding="utf-8"), REPORT)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise report.ReportError(f"cannot read {REPORT} in {work}: {exc}") from None
+
+
+# ---- the token holder: delivery --------------------------------------------------------------------------------------
+def root_file(name: str) -> str:
+    return f"roots/{name}.yaml"
+
+
+def verified_moves(ctx, opts: Options, data) -> list[RootMove]:
+    """roots.json read against this checkout: with --open-pr the committed files (HEAD), else the working tree's."""
+    from . import bump as bumpmod
+
+    known, problems = load_roots(Path(ctx.root) / "roots")
+    if problems:
+        raise OnebitError("roots/ does not load: " + problems[0])
+    if opts.open_pr and not opts.dry_run:
+        repo = bumpmod.Repo(ctx.root, opts.remote, ctx.token)
+
+        def committed(name: str) -> str:
+            return repo.head_text(root_file(name))
+    else:
+        def committed(name: str) -> str:
+            return (Path(ctx.root) / root_file(name)).read_text(encoding="utf-8")
+    return read_report(data, set(known), committed, bool(opts.allow_rollback and opts.reason))
+
+
+def deliver(ctx, opts: Options, moves: Sequence[RootMove]) -> list[Outcome]:
+    """Each verified move: a PR of its own (--open-pr), a line (--dry-run), or the file written in place."""
+    from ..swap import write_text_atomic
+    from . import bump as bumpmod
+    from .decide import ROLLBACK_LABEL
+
+    target = None
+    out: list[Outcome] = []
+    for m in moves:
+        name = PREFIX + m.name
+        if m.state != "would-propose":
+            out.append(Outcome(name, m.state, m.detail))
+            continue
+        branch = branch_name(m.name, m.text)
+        title = pr_title(m.name, len(m.changes))
+        rollback = opts.reason if m.older else None
+        body = pr_body(m.name, m.changes, m.snapshot, m.text, rollback=rollback, older=m.older)
+        if opts.dry_run:
+            out.append(Outcome(name, "would-propose", f"{title} on {branch}: {m.detail}", body=body))
+            continue
+        if not opts.open_pr:
+            write_text_atomic(Path(ctx.root) / root_file(m.name), m.text)
+            out.append(Outcome(name, "edited", m.detail))
+            continue
+        try:
+            if target is None:
+                target = bumpmod.pr_target(ctx, opts)
+            repo, slug, base = target
+            seen = bumpmod.already_proposed(ctx, repo, slug, branch)
+            if seen:
+                out.append(Outcome(name, "already-proposed", f"{branch} was already proposed ({seen}); nothing to do"))
+                continue
+            repo.commit_and_push(m.text, commit_message(m.name, m.changes, m.snapshot, rollback), branch,
+                                 path=root_file(m.name))
+            pr = ctx.github.create_pull(slug, title=title, head=branch, base=base, body=body)
+            if rollback:
+                ctx.github.add_labels(slug, pr["number"], [ROLLBACK_LABEL])
+            bumpmod.supersede(ctx, slug, pr["number"], branch, lambda ref, n=m.name: is_branch_of(n, ref))
+        except OnebitError as exc:
+            out.append(Outcome(name, "error", str(exc)))
+            continue
+        out.append(Outcome(name, "proposed", f"PR #{pr['number']}: {title}", url=pr.get("html_url"), body=body))
+    return out
+
+
+def in_process(root: Path, opts: Options, *, names_given: bool, log: Callable[[str], None] = lambda m: None,
+               resolve: Callable | None = None) -> dict:
+    """`--open-pr` without a report: the roots evaluated here (Debian's indexes only, no upstream content), as the
+    roots.json data the token holder then reads back like a downloaded one."""
+    return {"version": VERSION, "roots": evaluate_roots(root, opts, names_given=names_given, log=log, resolve=resolve)}
+
