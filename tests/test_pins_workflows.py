@@ -57,6 +57,10 @@ def test_bump_workflow_is_split_like_dependabot():
     assert "--report" in run and "--open-pr" not in run and "--from-report" not in run
     upload = next(s for s in ev["steps"] if "upload-artifact" in s.get("uses", ""))
     assert upload["with"]["name"] == "pins-report"
+    # every file the token holder reads back (builders/pins/bump.py, builders/pins/roots.py) travels in the artifact
+    from builders.pins import bump as bumpmod, isolate, roots as roots_bump
+    paths = upload["with"]["path"].split()
+    assert {p.rsplit("/", 1)[-1] for p in paths} >= {isolate.REPORT, bumpmod.DRIFT, roots_bump.REPORT}
     checkout = next(s for s in ev["steps"] if "checkout" in s.get("uses", ""))
     assert checkout["with"]["persist-credentials"] is False and "token" not in checkout["with"]
     assert pr["needs"] == "evaluate" and pr["permissions"] == {"contents": "read"}
