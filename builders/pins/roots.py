@@ -312,7 +312,7 @@ def _read(data, known: Collection[str], committed: Callable[[str], str], allowed
         if len(text.encode("utf-8")) > MAX_FILE:
             raise bad(f"{w}.text", f"larger than {MAX_FILE} bytes")
         old = parse_root_text(name, head, f"roots/{name}.yaml")
-        new = parse_root_text(name, text, f"{REPORT} {w}.text")
+        new = parse_root_text(name, text, f"{w}.text")
         if not new.snapshot or moved_text(head, old.snapshot, new.resolved, True, new.snapshot) != text:
             raise bad(f"{w}.text", f"not the committed roots/{name}.yaml with another closure (the bot changes only the "
                                    "generated snapshot and resolved part)")
