@@ -328,3 +328,24 @@ def test_the_cli_module_runs_as_the_workflow_runs_it(world, tmp_path):
                            "--report", str(tmp_path / "r")], env=env, capture_output=True, text=True, timeout=300, cwd=top)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "r" / "roots.json").read_text())["roots"][0]["state"] == "would-propose"
+
+
+@pytest.mark.parametrize("entry, says", [
+    ({"name": "*", "state": "error", "detail": "roots/x.yaml:3: bad", "base_sha256": None, "text": None}, None),
+    ({"name": "*", "state": "error", "detail": "d", "base_sha256": "0" * 64, "text": None}, "carries no text"),
+    ({"name": "t", "state": "refused", "detail": "d", "base_sha256": roots_bump.digest("committed"), "text": None}, None),
+    ({"name": "t", "state": "proposed", "detail": "d", "base_sha256": None, "text": None}, "unknown state 'proposed'"),
+    ({"name": "t", "state": "current", "detail": 3, "base_sha256": None, "text": None}, "expected text"),
+])
+def test_roots_json_entries_read_without_a_file_to_move(entry, says):
+    """The entries that move nothing: an evaluating side's error is told again (a roots/ that does not load does not
+    stop the pins' PRs), a refusal passes with its base checked; any other shape is one ReportError."""
+    from builders.pins.report import ReportError
+
+    data = {"version": 1, "roots": [entry]}
+    if says is None:
+        [move] = roots_bump.read_report(data, {"t"}, lambda name: "committed", False)
+        assert (move.name, move.state, move.detail, move.text) == (entry["name"], entry["state"], entry["detail"], None)
+    else:
+        with pytest.raises(ReportError, match=says):
+            roots_bump.read_report(data, {"t"}, lambda name: "committed", False)
