@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .errors import FetchError, OnebitError
 from .root_pins import (ASSEMBLY, GENERATED, Change, ResolvedDeb, RootPin, describe, diff, glibc_of, load_roots,  # noqa: F401
-                        render, root_key)
+                        moved_text, render, root_key)
 
 METADATA = "onebit-root.json"
 COMPLETE = ".complete"
@@ -142,9 +142,8 @@ def resolve_file(root: RootPin, *, archives: Sequence[str] | None = None, now: _
     resolved = resolve_closure(root, indexes)
     changes = diff(root.resolved, resolved)
     if write:
-        text = render(root.path.read_text(encoding="utf-8"), resolved, snapshot_stamp(now) if changes or not root.snapshot
-                      else root.snapshot)
-        write_text_atomic(root.path, text)
+        write_text_atomic(root.path, moved_text(root.path.read_text(encoding="utf-8"), root.snapshot, resolved,
+                                                bool(changes), snapshot_stamp(now)))
     return resolved, changes
 
 
