@@ -23,13 +23,15 @@ PROJECT = config.load_project(ROOT)
 
 
 def test_every_recipe_pins_the_same_sdk():
-    """vulkan, zinc and lean's vulkan variant carry the same list: one SDK, assembled once (its root is named by the
+    """vulkan, zinc, lean's vulkan variant and hrx carry the same list: one SDK, assembled once (its root is named by the
     packages' sha256s)."""
     lists = {name: [t.get("debs") for t in yaml.safe_load((ROOT / "recipes" / f"{name}.yaml").read_text())["toolchain"]
                     if t.get("tool") == "vulkan-sdk"] for name in ("vulkan", "zinc")}
     lean = yaml.safe_load((ROOT / "recipes" / "lean.yaml").read_text())["variants"]["vulkan"]["toolchain"]
     lists["lean-vulkan"] = [t.get("debs") for t in lean if t.get("tool") == "vulkan-sdk"]
-    assert lists["vulkan"] == lists["zinc"] == lists["lean-vulkan"] and len(lists["vulkan"]) == 1
+    hrx = yaml.safe_load((ROOT / "recipes" / "hrx.yaml").read_text())["toolchain"]
+    lists["hrx"] = [t.get("debs") for t in hrx if t.get("tool") == "vulkan-sdk"]
+    assert lists["vulkan"] == lists["zinc"] == lists["lean-vulkan"] == lists["hrx"] and len(lists["vulkan"]) == 1
     assert len(lists["vulkan"][0]) == 8
 
 
