@@ -379,12 +379,18 @@ class Repo:
     def commit_and_push(self, text: str, message: str, branch: str, path: str | None = None) -> str:
         """Commit `text` as `path` (relative to the project root; default pins.yaml) on top of HEAD, in a private index
         (the working tree and the checkout's index are not touched), and push the commit as `branch`."""
-        rel = self.rel_of(path)
-        blob = gitops.git(["hash-object", "-w", "--stdin"], cwd=self.top, input=text).stdout.strip()
+        return self.commit_files_and_push({path: text}, message, branch)
+
+    def commit_files_and_push(self, files: dict, message: str, branch: str) -> str:
+        """Commit each text of `files` (path relative to the project root, None for pins.yaml -> text) on top of HEAD
+        in one commit, in a private index, and push it as `branch`."""
         with tempfile.TemporaryDirectory(prefix="onebit-index-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             gitops.git(["read-tree", "HEAD"], cwd=self.top, env=env)
-            gitops.git(["update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}"], cwd=self.top, env=env)
+            for path, text in sorted(files.items(), key=lambda kv: kv[0] or ""):
+                rel = self.rel_of(path)
+                blob = gitops.git(["hash-object", "-w", "--stdin"], cwd=self.top, input=text).stdout.strip()
+                gitops.git(["update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}"], cwd=self.top, env=env)
             tree = gitops.git(["write-tree"], cwd=self.top, env=env).stdout.strip()
         commit = gitops.git(["commit-tree", tree, "-p", "HEAD", "-m", message], cwd=self.top).stdout.strip()
         url = self.remote_url()
@@ -539,6 +545,26 @@ def supersede(ctx: Context, slug: str, number: int, branch: str, older: Callable
         if old["number"] != number and older(ref):
             ctx.github.comment(slug, old["number"], f"Superseded by #{number} ({branch}).")
             ctx.github.close_pull(slug, old["number"])
+
+
+def propose_files(ctx: Context, target: tuple[Repo, str, str], name: str, files: dict, *, branch: str, title: str,
+                  body: str, message: str, rollback: bool, older: Callable[[str], bool]) -> Outcome:
+    """(The token holder) one move that is not a pin's (a build root's, a toolchain input's): its files committed on
+    HEAD as one commit on `branch`, pushed, a PR opened (label rollback if so), older PRs of the same thing superseded;
+    a branch proposed before opens nothing."""
+    repo, slug, base = target
+    try:
+        seen = already_proposed(ctx, repo, slug, branch)
+        if seen:
+            return Outcome(name, "already-proposed", f"{branch} was already proposed ({seen}); nothing to do")
+        repo.commit_files_and_push(files, message, branch)
+        pr = ctx.github.create_pull(slug, title=title, head=branch, base=base, body=body)
+        if rollback:
+            ctx.github.add_labels(slug, pr["number"], [decide.ROLLBACK_LABEL])
+        supersede(ctx, slug, pr["number"], branch, older)
+    except OnebitError as exc:
+        return Outcome(name, "error", str(exc))
+    return Outcome(name, "proposed", f"PR #{pr['number']}: {title}", url=pr.get("html_url"), body=body)
 
 
 def bump(ctx: Context, opts: Options) -> list[Outcome]:

@@ -33,7 +33,8 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     bp = sub.add_parser("bump", help="move pins according to their policy (edit pins.yaml, or open one PR per pin)")
     bp.add_argument("names", nargs="*", metavar="NAME",
-                    help="pins to bump, `root:NAME` for a build root (default: every pin of --cadence, and the roots)")
+                    help="pins to bump, `root:NAME` for a build root, `toolchain:NAME` for a toolchain input (default: every "
+                         "pin of --cadence, and the roots and toolchain inputs)")
     bp.add_argument("--cadence", choices=["daily", "weekly", "manual", "all"], default=None,
                     help="without NAME: only pins of this cadence (default: every pin that is not manual)")
     bp.add_argument("--open-pr", action="store_true", help="push a bump/<pin>-<sha12> branch and open a PR per pin")
@@ -112,8 +113,10 @@ def cmd_bump(args) -> int:
     console = _console()
     ctx = bumpmod.make_context(_root(args), log=lambda m: console.print(f"[dim]{redact(m)}[/]"))
     from . import roots as roots_bump
+    from . import toolchains as tc_bump
 
-    pin_names, root_names = roots_bump.split_names(args.names)
+    other, tc_names = tc_bump.split_names(args.names)
+    pin_names, root_names = roots_bump.split_names(other)
     opts = bumpmod.Options(names=pin_names, cadence=args.cadence, open_pr=args.open_pr, dry_run=args.dry_run,
                            allow_rollback=args.allow_rollback, reason=args.reason, remote=args.remote, repo=args.repo,
                            base_branch=args.base_branch, report=args.report, from_report=args.from_report)
@@ -126,16 +129,24 @@ def cmd_bump(args) -> int:
         data = roots_bump.load_report(args.from_report) if args.from_report else \
             roots_bump.in_process(_root(args), root_opts, names_given=bool(args.names), log=log)
         moves = roots_bump.verified_moves(ctx, opts, data)
-    outcomes = bumpmod.bump(ctx, opts) if pin_names or not root_names else []
+        tc_data = tc_bump.load_report(args.from_report) if args.from_report else \
+            tc_bump.in_process(_root(args), root_opts, names_given=bool(args.names), log=log)
+        tc_moves = tc_bump.verified_moves(ctx, opts, tc_data)
+    outcomes = bumpmod.bump(ctx, opts) if pin_names or not (root_names or tc_names) else []
     # a root's move is read from Debian's indexes here (no upstream content is evaluated)
     if args.report:  # the evaluating job: nothing is written into the checkout; roots.json joins the artifact
         entries = roots_bump.evaluate_roots(_root(args), root_opts, names_given=bool(args.names), log=log)
         roots_bump.write_report(args.report, entries)
         outcomes += [roots_bump.entry_outcome(e) for e in entries]
+        tc_entries = tc_bump.evaluate_inputs(_root(args), root_opts, names_given=bool(args.names), log=log)
+        tc_bump.write_report(args.report, tc_entries)
+        outcomes += [tc_bump.entry_outcome(e) for e in tc_entries]
     elif moves is not None:
         outcomes += roots_bump.deliver(ctx, opts, moves)
-    else:  # a local run: the file is written in place (as `roots resolve`)
+        outcomes += tc_bump.deliver(ctx, opts, tc_moves)
+    else:  # a local run: the files are written in place (as `roots resolve`)
         outcomes += roots_bump.bump_roots(_root(args), root_opts, names_given=bool(args.names), log=log)
+        outcomes += tc_bump.bump_inputs(_root(args), root_opts, names_given=bool(args.names), log=log)
     table = Table(title="pins bump" + (" (dry run)" if args.dry_run else ""))
     for col in ("pin", "outcome", "detail"):
         table.add_column(col, overflow="fold")

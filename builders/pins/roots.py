@@ -363,7 +363,6 @@ def deliver(ctx, opts: Options, moves: Sequence[RootMove]) -> list[Outcome]:
     """Each verified move: a PR of its own (--open-pr), a line (--dry-run), or the file written in place."""
     from ..swap import write_text_atomic
     from . import bump as bumpmod
-    from .decide import ROLLBACK_LABEL
 
     target = None
     out: list[Outcome] = []
@@ -383,24 +382,15 @@ def deliver(ctx, opts: Options, moves: Sequence[RootMove]) -> list[Outcome]:
             write_text_atomic(Path(ctx.root) / root_file(m.name), m.text)
             out.append(Outcome(name, "edited", m.detail))
             continue
-        try:
-            if target is None:
+        if target is None:
+            try:
                 target = bumpmod.pr_target(ctx, opts)
-            repo, slug, base = target
-            seen = bumpmod.already_proposed(ctx, repo, slug, branch)
-            if seen:
-                out.append(Outcome(name, "already-proposed", f"{branch} was already proposed ({seen}); nothing to do"))
+            except OnebitError as exc:
+                out.append(Outcome(name, "error", str(exc)))
                 continue
-            repo.commit_and_push(m.text, commit_message(m.name, m.changes, m.snapshot, rollback), branch,
-                                 path=root_file(m.name))
-            pr = ctx.github.create_pull(slug, title=title, head=branch, base=base, body=body)
-            if rollback:
-                ctx.github.add_labels(slug, pr["number"], [ROLLBACK_LABEL])
-            bumpmod.supersede(ctx, slug, pr["number"], branch, lambda ref, n=m.name: is_branch_of(n, ref))
-        except OnebitError as exc:
-            out.append(Outcome(name, "error", str(exc)))
-            continue
-        out.append(Outcome(name, "proposed", f"PR #{pr['number']}: {title}", url=pr.get("html_url"), body=body))
+        out.append(bumpmod.propose_files(ctx, target, name, {root_file(m.name): m.text}, branch=branch, title=title,
+                                         body=body, message=commit_message(m.name, m.changes, m.snapshot, rollback),
+                                         rollback=bool(rollback), older=lambda ref, n=m.name: is_branch_of(n, ref)))
     return out
 
 
