@@ -1,0 +1,546 @@
+"""Toolchain inputs move like any pin: the pinned wheels (zig, NVIDIA's CUDA wheels) and Debian packages (the Vulkan SDK)
+of the recipes. Pure decisions by tables; `pins bump toolchain:NAME` against a fake package index (its JSON API on
+127.0.0.1) and a Debian archive on disk (real Packages.xz of several suites, file://); the PR path against the fake
+GitHub with a bare origin, as the roots' tests do."""
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from builders import debs, roots
+from builders.errors import OnebitError
+from builders.pins import toolchains as tc
+from builders.pins.__main__ import main
+from pins_fixtures import FakeAPI, Project, Upstream, git
+
+TOKEN = "t0ken-for-toolchain-tests"
+TOP = Path(__file__).resolve().parents[1]
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def pool(name: str, version: str, arch: str = "amd64") -> str:
+    return f"pool/main/{name[0]}/{name}/{name}_{version.split(':')[-1]}_{arch}.deb"
+
+
+def stanza(name: str, version: str, arch: str = "amd64") -> dict:
+    return {"Package": name, "Version": version, "Architecture": arch, "Filename": pool(name, version, arch),
+            "SHA256": sha(f"{name} {version}")}
+
+
+def deb_entry(name: str, version: str, arch: str = "amd64") -> dict:
+    return {"path": pool(name, version, arch), "sha256": sha(f"{name} {version}")}
+
+
+LINUX = "py3-none-manylinux_2_12_x86_64.manylinux2010_x86_64"
+MAC = "py3-none-macosx_11_0_arm64"
+
+
+def wheel_file(package: str, version: str, tags: str = LINUX, **kw) -> dict:
+    return {"filename": f"{package.replace('-', '_')}-{version}-{tags}.whl", "packagetype": "bdist_wheel",
+            "digests": {"sha256": sha(f"{package} {version} {tags}")}, "yanked": False, **kw}
+
+
+def wheel_entry(package: str, version: str, tags: str = LINUX) -> dict:
+    return {"package": package, "version": version, "sha256": sha(f"{package} {version} {tags}"), "root": "x"}
+
+
+# ---- pure: which inputs the project has ------------------------------------------------------------------------------------
+def test_one_input_per_distinct_list_with_every_place_that_carries_it():
+    sdk = [deb_entry("glslc", "2025.2-1"), deb_entry("libvulkan1", "1.3.239.0-1")]
+    recipes = {
+        "recipes/a.yaml": {"toolchain": [{"tool": "vulkan-sdk", "debs": sdk}, {"tool": "cmake"}]},
+        "recipes/b.yaml": {"variants": {"v": {"toolchain": [{"tool": "vulkan-sdk", "debs": list(sdk)}]}}},
+        "recipes/z.yaml": {"toolchain": [{"tool": "zig", "version": ">=0.15.2",
+                                          "wheels": [wheel_entry("ziglang", "0.15.2")]}]},
+    }
+    got = {i.name: i for i in tc.find_inputs(recipes)}
+    assert sorted(got) == ["vulkan-sdk", "zig"]
+    assert [(p.recipe, p.where) for p in got["vulkan-sdk"].places] == [
+        ("recipes/a.yaml", "toolchain"), ("recipes/b.yaml", "variants.v.toolchain")]
+    assert got["zig"].kind == "wheels" and got["zig"].version == ">=0.15.2" and got["zig"].files == ["recipes/z.yaml"]
+    # a recipe whose list differs is another input, named by its recipe
+    recipes["recipes/b.yaml"]["variants"]["v"]["toolchain"][0]["debs"] = sdk[:1]
+    assert sorted(i.name for i in tc.find_inputs(recipes)) == ["vulkan-sdk-a", "vulkan-sdk-b", "zig"]
+
+
+def test_the_projects_own_recipes_carry_three_inputs_the_sdk_in_four_recipes():
+    got = {i.name: i for i in tc.load_inputs(TOP)}
+    assert sorted(got) == ["nvcc", "vulkan-sdk", "zig"]
+    assert got["vulkan-sdk"].files == ["recipes/hrx.yaml", "recipes/lean.yaml", "recipes/vulkan.yaml", "recipes/zinc.yaml"]
+    assert got["vulkan-sdk"].kind == "debs" and len(got["vulkan-sdk"].entries) == 8
+    assert got["nvcc"].files == ["recipes/cuda.yaml"] and got["zig"].files == ["recipes/zinc.yaml"]
+
+
+@pytest.mark.parametrize("names, given, cadence, want", [
+    ((), False, None, ["nvcc", "vulkan-sdk", "zig"]),
+    ((), False, "weekly", ["nvcc", "vulkan-sdk", "zig"]),
+    ((), False, "daily", []),
+    (("zig",), True, None, ["zig"]),
+    ((), True, None, []),  # only other things were named (a pin, a root)
+])
+def test_which_inputs_a_run_moves(names, given, cadence, want):
+    assert tc.selected(["nvcc", "vulkan-sdk", "zig"], names, given, cadence) == want
+
+
+# ---- pure: where a wheel moves -------------------------------------------------------------------------------------------
+ZIG = {
+    "0.15.2": [wheel_file("ziglang", "0.15.2"), wheel_file("ziglang", "0.15.2", MAC)],
+    "0.15.3": [wheel_file("ziglang", "0.15.3"), wheel_file("ziglang", "0.15.3", MAC)],
+    "0.16.0rc1": [wheel_file("ziglang", "0.16.0rc1")],  # a pre-release
+    "0.16.0": [wheel_file("ziglang", "0.16.0", MAC)],  # no file with the pinned tags
+    "0.17.0": [wheel_file("ziglang", "0.17.0", yanked=True)],
+}
+NVCC = {v: [wheel_file("nvidia-cuda-nvcc", v)] for v in ("12.9.86", "13.0.88", "13.2.51", "14.0.1")}
+
+
+@pytest.mark.parametrize("entry, releases, constraint, want", [
+    (wheel_entry("ziglang", "0.15.2"), ZIG, ">=0.15.2", ("move", "0.15.3")),
+    (wheel_entry("ziglang", "0.15.2"), ZIG, "<0.15.3", ("current", "0.15.2")),
+    (wheel_entry("ziglang", "0.15.3"), ZIG, None, ("current", "0.15.3")),
+    (wheel_entry("ziglang", "0.15.2", MAC), ZIG, ">=0.15.2", ("move", "0.16.0")),  # the mac file's own line
+    (wheel_entry("nvidia-cuda-nvcc", "13.0.88"), NVCC, ">=12.4", ("move", "13.2.51")),  # a cu13 wheel stays 13.x
+    (wheel_entry("nvidia-cuda-nvcc", "12.9.86"), NVCC, ">=12.4", ("current", "12.9.86")),
+    (wheel_entry("ziglang", "0.14.0"), ZIG, None, ("refused", None)),  # the index has no file with the pinned sha256
+    # the pinned release is newer than anything the index offers now (it was yanked): back (held, like a pin)
+    (wheel_entry("ziglang", "0.17.0"), ZIG, None, ("back", "0.15.3")),
+    (wheel_entry("ziglang", "0.15.2"), {**ZIG, "0.15.2": [wheel_file("ziglang", "0.15.2", yanked=True)],
+                                        "0.15.3": []}, None, ("current", "0.15.2")),
+    (wheel_entry("ziglang", "0.15.4"), {"0.15.4": [wheel_file("ziglang", "0.15.4", yanked=True)],
+                                        "0.15.3": [wheel_file("ziglang", "0.15.3")]}, None, ("back", "0.15.3")),
+])
+def test_where_a_pinned_wheel_moves(entry, releases, constraint, want):
+    step = tc.pick_wheel(entry, releases, constraint)
+    assert step.state == want[0]
+    if want[0] in ("move", "back"):
+        assert step.new == want[1] and step.entry["version"] == want[1] and step.entry["root"] == "x"
+        [f] = [f for f in releases[want[1]] if not f.get("yanked") and
+               tc.wheel_tags(f["filename"]) == tc.wheel_tags(next(
+                   g["filename"] for rel in releases.values() for g in rel if g["digests"]["sha256"] == entry["sha256"]))]
+        assert step.entry["sha256"] == f["digests"]["sha256"]
+    elif want[0] == "current":
+        assert step.new == want[1]
+
+
+# ---- pure: where a Debian package moves -------------------------------------------------------------------------------------
+def indexes(**suites) -> list:
+    return [(s, tc.index_debs([stanza(*p) for p in pkgs])) for s, pkgs in suites.items()]
+
+
+SUITES = dict(
+    bookworm=[("libvulkan1", "1.3.239.0-1"), ("libvulkan1", "1.3.239.0-1+deb12u1")],
+    trixie=[("libvulkan1", "1.4.309.0-1"), ("libvulkan-dev", "1.4.309.0-1"), ("libvulkan-dev", "1.4.309.0-2"),
+            ("glslc", "2025.2-1")],
+    sid=[("libvulkan1", "1.4.330.0-1"), ("libvulkan-dev", "1.4.330.0-1"), ("glslc", "2026.1-1"),
+         ("clang-22", "1:22.1.8-1")],
+    experimental=[("clang-22", "1:22.1.9~rc1-1")],
+)
+
+
+@pytest.mark.parametrize("entry, want", [
+    (deb_entry("libvulkan1", "1.3.239.0-1"), ("move", "1.3.239.0-1+deb12u1 (bookworm)")),  # stays in bookworm
+    (deb_entry("libvulkan-dev", "1.4.309.0-1"), ("move", "1.4.309.0-2 (trixie)")),  # stays in trixie
+    (deb_entry("glslc", "2025.2-1"), ("current", "2025.2-1 (trixie)")),  # sid's newer one is not its suite
+    (deb_entry("libvulkan1", "1.4.330.0-1"), ("current", "1.4.330.0-1 (sid)")),
+    (deb_entry("clang-22", "1:22.1.8-1"), ("current", "1:22.1.8-1 (sid)")),  # the epoch is not in the pool name
+    (deb_entry("glslc", "2024.1-1"), ("vanished", tc.VANISHED)),
+    ({**deb_entry("glslc", "2025.2-1"), "sha256": "0" * 64}, ("refused", None)),
+])
+def test_where_a_pinned_debian_package_moves(entry, want):
+    step = tc.pick_deb(entry, indexes(**SUITES))
+    assert step.state == want[0]
+    if want[1]:
+        assert step.new == want[1]
+    if want[0] == "move":
+        version = want[1].split(" ")[0]
+        assert step.entry == deb_entry(step.label, version)
+
+
+def test_a_suite_that_went_back_leaves_the_pin_vanished_not_moved_back():
+    """The pinned version left its suite (experimental dropped the upload, a point release was withdrawn): reported,
+    never replaced by the older one the suite still has."""
+    step = tc.pick_deb(deb_entry("libvulkan1", "1.3.239.0-1+deb12u1"),
+                       indexes(bookworm=[("libvulkan1", "1.3.239.0-1")], trixie=[("libvulkan1", "1.4.309.0-1")]))
+    assert (step.state, step.new) == ("vanished", tc.VANISHED)
+
+
+@pytest.mark.parametrize("path, want", [
+    ("pool/main/s/shaderc/glslc_2025.2-1_amd64.deb", ("glslc", "2025.2-1", "amd64")),
+    ("pool/main/s/spirv-headers/spirv-headers_1.6.1+1.4.309.0-1_all.deb", ("spirv-headers", "1.6.1+1.4.309.0-1", "all")),
+    ("pool/main/g/gcc-14/libstdc++6_14.2.0-19_amd64.deb", ("libstdc++6", "14.2.0-19", "amd64")),
+])
+def test_a_pool_path_names_package_version_and_architecture(path, want):
+    assert tc.pool_name(path) == want
+
+
+def test_a_pool_path_that_is_no_package_file_is_refused():
+    with pytest.raises(OnebitError, match="not a Debian package file name"):
+        tc.pool_name("pool/main/x/x.deb")
+
+
+@pytest.mark.parametrize("states, allowed, want", [
+    (["current", "current"], False, "current"),
+    (["current", "move"], False, "would-propose"),
+    (["move", "back"], False, "held"),
+    (["move", "back"], True, "would-propose"),
+    (["current", "vanished"], False, "refused"),
+    (["move", "vanished"], False, "would-propose"),  # the rest moves; the vanished one is told in the detail
+    (["refused"], False, "refused"),
+])
+def test_what_the_entries_do_to_the_input(states, allowed, want):
+    steps = [tc.Step("p", s, "1", "2") for s in states]
+    assert tc.decide(steps, allowed) == want
+
+
+# ---- pure: the recipe edit -------------------------------------------------------------------------------------------------
+RECIPE = """\
+# a recipe: comments and layout stay
+toolchain:
+  - tool: zig  # the wheel
+    version: ">=0.15.2"
+    wheels:
+      - {{package: ziglang, version: "0.15.2", sha256: {zs}, root: ziglang}}
+  - tool: vulkan-sdk
+    debs:
+      # keep this comment
+      - {{path: {gp}, sha256: {gs}}}
+      - {{path: {vp}, sha256: {vs}}}
+"""
+
+
+def recipe_text(zig="0.15.2", glslc="2025.2-1", vulkan="1.3.239.0-1") -> str:
+    z, g, v = wheel_entry("ziglang", zig), deb_entry("glslc", glslc), deb_entry("libvulkan1", vulkan)
+    return RECIPE.format(zs=z["sha256"], gp=g["path"], gs=g["sha256"], vp=v["path"], vs=v["sha256"]).replace(
+        '"0.15.2"', f'"{zig}"')
+
+
+def test_the_edit_rewrites_only_the_moved_entries_and_keeps_comments():
+    text = recipe_text()
+    old = [deb_entry("glslc", "2025.2-1"), deb_entry("libvulkan1", "1.3.239.0-1")]
+    new = [old[0], deb_entry("libvulkan1", "1.3.239.0-1+deb12u1")]
+    assert tc.edit_text(text, old, new, "debs") == recipe_text(vulkan="1.3.239.0-1+deb12u1")
+    w_old, w_new = [wheel_entry("ziglang", "0.15.2")], [wheel_entry("ziglang", "0.15.3")]
+    assert tc.edit_text(text, w_old, w_new, "wheels") == recipe_text(zig="0.15.3")
+    with pytest.raises(OnebitError, match="no line pins"):
+        tc.edit_text(text, [deb_entry("x", "1")], [deb_entry("x", "2")], "debs", "recipes/a.yaml")
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"PIP_INDEX_URL": "http://127.0.0.1:9/simple"}, "http://127.0.0.1:9"),
+    ({"PIP_INDEX_URL": "http://127.0.0.1:9/simple/"}, "http://127.0.0.1:9"),
+    ({"PIP_INDEX_URL": "http://127.0.0.1:9/root/pypi/+simple http://other"}, "http://127.0.0.1:9/root/pypi/+simple"),
+])
+def test_the_index_is_pips(env, want):
+    assert tc.pypi_base(env) == want
+
+
+# ---- the bump: a fake package index, a Debian archive on disk ---------------------------------------------------------------
+class FakeIndex:
+    """A package index's JSON API (`/pypi/<name>/json`) on 127.0.0.1."""
+
+    def __init__(self):
+        self.releases: dict[str, dict] = {}
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                parts = self.path.strip("/").split("/")
+                if len(parts) == 3 and parts[0] == "pypi" and parts[2] == "json" and parts[1] in index.releases:
+                    body = json.dumps({"info": {"name": parts[1]}, "releases": index.releases[parts[1]]}).encode()
+                    self.send_response(200)
+                else:
+                    body = b'{"message": "Not Found"}'
+                    self.send_response(404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Archive:
+    def __init__(self, tmp: Path):
+        self.root = tmp / "debian"
+
+    def publish(self, **suites) -> None:
+        for suite, pkgs in suites.items():
+            f = self.root / "dists" / suite / "main" / "binary-amd64" / "Packages.xz"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            text = "\n".join("".join(f"{k}: {v}\n" for k, v in stanza(*p).items()) + "Size: 100\n" for p in pkgs)
+            f.write_bytes(lzma.compress(text.encode()))
+
+
+SDK_RECIPE = """\
+# recipe {name}: this comment stays
+schema_version: 1
+name: {name}
+{where}
+      - tool: vulkan-sdk  # the SDK
+        version: ">=1.3.239"
+        debs:
+          - {{path: {gp}, sha256: {gs}}}
+          - {{path: {vp}, sha256: {vs}}}
+      - {{tool: cmake}}
+"""
+
+
+def sdk_recipe(name: str, variant: bool) -> str:
+    g, v = deb_entry("glslc", "2025.2-1"), deb_entry("libvulkan1", "1.3.239.0-1")
+    where = "variants:\n  v:\n    toolchain:" if variant else "toolchain:"
+    text = SDK_RECIPE.format(name=name, where=where, gp=g["path"], gs=g["sha256"], vp=v["path"], vs=v["sha256"])
+    return text if variant else text.replace("\n      ", "\n  ")
+
+
+ZIG_RECIPE = recipe_text().split("  - tool: vulkan-sdk")[0]
+
+BASE = dict(bookworm=[("libvulkan1", "1.3.239.0-1")], trixie=[("glslc", "2025.2-1"), ("libvulkan1", "1.4.309.0-1")],
+            sid=[("glslc", "2026.1-1"), ("libvulkan1", "1.4.330.0-1")], experimental=[])
+MOVED = dict(BASE, bookworm=[("libvulkan1", "1.3.239.0-1"), ("libvulkan1", "1.3.239.0-1+deb12u1")],
+             sid=[("glslc", "2026.2-1"), ("libvulkan1", "1.4.331.0-1")])
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    api = FakeAPI()
+    index = FakeIndex()
+    monkeypatch.setenv("ONEBIT_GITHUB_API", api.url)
+    monkeypatch.setenv("ONEBIT_HF_ENDPOINT", api.url)
+    monkeypatch.setenv("ONEBIT_BOT_TOKEN", TOKEN)
+    monkeypatch.setenv("PIP_INDEX_URL", index.url)
+    for var in ("GITHUB_TOKEN", "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH", "GITHUB_STEP_SUMMARY",
+                "ONEBIT_PINS_REMOTE", "ONEBIT_PINS_BASE", "HF_TOKEN", roots.SNAPSHOT_ENV):
+        monkeypatch.delenv(var, raising=False)
+    archive = Archive(tmp_path)
+    archive.publish(**BASE)
+    monkeypatch.setenv(debs.MIRROR_ENV, archive.root.as_uri())
+    index.releases["ziglang"] = {"0.15.2": [wheel_file("ziglang", "0.15.2")]}
+    up = Upstream(tmp_path / "owner" / "tool")
+    sha1 = up.commit("one")
+    proj = Project(tmp_path, f"""
+    tool:
+      url: {up.url}
+      policy: branch
+      branch: main
+      commit: {sha1}
+      cadence: daily
+      license: MIT
+      mirrors: []
+    """, recipes={"a": sdk_recipe("a", False), "b": sdk_recipe("b", True), "z": ZIG_RECIPE})
+    yield proj, archive, index, api
+    api.close()
+    index.close()
+
+
+def bump(proj: Project, *argv: str) -> int:
+    return main(["--root", str(proj.root), "bump", *argv])
+
+
+def read(proj: Project, name: str) -> str:
+    return (proj.root / "recipes" / f"{name}.yaml").read_text()
+
+
+def branches(proj: Project) -> list[str]:
+    return [r.removeprefix("refs/heads/") for r in git(proj.origin.path, "for-each-ref", "--format=%(refname)",
+                                                       "refs/heads/").split()]
+
+
+def test_nothing_moved_is_current(world, capsys):
+    proj, *_ = world
+    assert bump(proj, "toolchain:vulkan-sdk", "toolchain:zig") == 0
+    out = capsys.readouterr().out
+    assert out.count("current") >= 2 and git(proj.root, "status", "--porcelain") == ""
+
+
+def test_a_local_run_edits_every_recipe_carrying_the_input_in_place(world, capsys):
+    proj, archive, index, _ = world
+    a, b, z = read(proj, "a"), read(proj, "b"), read(proj, "z")
+    archive.publish(**MOVED)
+    index.releases["ziglang"].update({"0.15.3": [wheel_file("ziglang", "0.15.3")],
+                                      "0.16.0rc1": [wheel_file("ziglang", "0.16.0rc1")]})
+    assert bump(proj, "toolchain:vulkan-sdk", "--dry-run") == 0
+    assert "would-propose" in capsys.readouterr().out and git(proj.root, "status", "--porcelain") == ""
+
+    assert bump(proj, "toolchain:vulkan-sdk") == 0
+    out = capsys.readouterr().out
+    assert "edited" in out and "libvulkan1: 1.3.239.0-1 (bookworm) -> 1.3.239.0-1+deb12u1 (bookworm)" in out
+    old_v, new_v = deb_entry("libvulkan1", "1.3.239.0-1"), deb_entry("libvulkan1", "1.3.239.0-1+deb12u1")
+    # only that entry changed, in both recipes (glslc stays trixie's although sid has newer); comments kept
+    for name, before in (("a", a), ("b", b)):
+        want = before.replace(old_v["path"], new_v["path"]).replace(old_v["sha256"], new_v["sha256"])
+        assert read(proj, name) == want and "this comment stays" in want
+    assert read(proj, "z") == z  # another input, not named
+    assert bump(proj, "toolchain:vulkan-sdk") == 0 and "current" in capsys.readouterr().out
+
+    assert bump(proj, "toolchain:zig") == 0  # the pre-release is skipped
+    assert read(proj, "z") == recipe_text(zig="0.15.3").split("  - tool: vulkan-sdk")[0]
+
+
+def test_a_vanished_package_is_reported_not_moved(world, capsys):
+    proj, archive, *_ = world
+    archive.publish(**dict(BASE, trixie=[("glslc", "2025.2-2")]))
+    a = read(proj, "a")
+    assert bump(proj, "toolchain:vulkan-sdk") == 1
+    res = capsys.readouterr()
+    assert "refused" in res.out and "glslc" in res.err and tc.VANISHED in res.err
+    assert read(proj, "a") == a
+
+
+def test_an_input_that_would_move_back_is_held(world, capsys):
+    proj, _, index, _ = world
+    index.releases["ziglang"]["0.15.3"] = [wheel_file("ziglang", "0.15.3")]
+    assert bump(proj, "toolchain:zig") == 0
+    proj.commit_all("zig moved")
+    moved = read(proj, "z")
+    index.releases["ziglang"]["0.15.3"] = [wheel_file("ziglang", "0.15.3", yanked=True)]  # the release was yanked
+    capsys.readouterr()
+    assert bump(proj, "toolchain:zig") == 1
+    res = capsys.readouterr()
+    assert "held" in res.out and "ziglang: 0.15.3 -> 0.15.2" in res.err and "--allow-rollback" in res.err
+    assert read(proj, "z") == moved
+    assert bump(proj, "toolchain:zig", "--allow-rollback", "--reason", "0.15.3 was yanked") == 0
+    assert read(proj, "z") == ZIG_RECIPE
+
+
+def test_an_unknown_input_is_named(world, capsys):
+    proj, *_ = world
+    assert bump(proj, "toolchain:nonesuch") == 1
+    assert "no toolchain input named 'nonesuch'" in capsys.readouterr().err
+
+
+def evaluate(proj: Project, out: Path, monkeypatch, *names: str) -> dict:
+    monkeypatch.delenv("ONEBIT_BOT_TOKEN")
+    try:
+        assert bump(proj, *names, "--report", str(out)) == 0
+    finally:
+        monkeypatch.setenv("ONEBIT_BOT_TOKEN", TOKEN)
+    return json.loads((out / tc.REPORT).read_text())
+
+
+def test_evaluate_then_deliver_opens_one_pr_per_input_changing_exactly_its_recipes(world, tmp_path, monkeypatch, capsys):
+    proj, archive, index, api = world
+    head = git(proj.root, "rev-parse", "HEAD")
+    committed = {n: read(proj, n) for n in "abz"}
+    archive.publish(**MOVED)
+    index.releases["ziglang"]["0.15.3"] = [wheel_file("ziglang", "0.15.3")]
+    out = tmp_path / "artifact"
+    data = evaluate(proj, out, monkeypatch)  # every pin, root and input of the run
+    assert {"report.json", "roots.json", tc.REPORT} <= {p.name for p in out.iterdir()}
+    got = {e["name"]: e for e in data["inputs"]}
+    assert got["vulkan-sdk"]["state"] == got["zig"]["state"] == "would-propose"
+    assert [f["path"] for f in got["vulkan-sdk"]["files"]] == ["recipes/a.yaml", "recipes/b.yaml"]
+    assert git(proj.root, "status", "--porcelain") == "" and not api.state.opened()
+
+    assert bump(proj, "--from-report", str(out), "--open-pr") == 0
+    prs = {pr["title"]: pr for pr in api.state.opened()}
+    assert sorted(prs) == ["toolchains: move vulkan-sdk (1 entries changed)", "toolchains: move zig (1 entries changed)"]
+    sdk = prs["toolchains: move vulkan-sdk (1 entries changed)"]
+    branch = sdk["head"]["ref"]
+    assert tc.is_branch_of("vulkan-sdk", branch) and "- `libvulkan1: 1.3.239.0-1 -> 1.3.239.0-1+deb12u1`" in sdk["body"]
+    origin = proj.origin.path
+    assert git(origin, "rev-parse", f"refs/heads/{branch}^") == head
+    assert git(origin, "diff", "--name-only", "main", f"refs/heads/{branch}").split() == ["recipes/a.yaml", "recipes/b.yaml"]
+    for f in got["vulkan-sdk"]["files"]:
+        assert proj.origin.show(f"refs/heads/{branch}", f["path"]) == f["text"]
+    zig = prs["toolchains: move zig (1 entries changed)"]["head"]["ref"]
+    assert git(origin, "diff", "--name-only", "main", f"refs/heads/{zig}").split() == ["recipes/z.yaml"]
+    assert {n: read(proj, n) for n in "abz"} == committed and git(proj.root, "rev-parse", "HEAD") == head
+
+    capsys.readouterr()
+    assert bump(proj, "--from-report", str(out), "--open-pr") == 0
+    assert len(api.state.opened()) == 2 and "already-proposed" in capsys.readouterr().out
+
+    # the index moves on: a new PR for zig supersedes the older one
+    index.releases["ziglang"]["0.15.4"] = [wheel_file("ziglang", "0.15.4")]
+    out2 = tmp_path / "artifact2"
+    evaluate(proj, out2, monkeypatch, "toolchain:zig")
+    assert bump(proj, "toolchain:zig", "--from-report", str(out2), "--open-pr") == 0
+    newest = api.state.opened()[-1]
+    assert newest["title"] == "toolchains: move zig (1 entries changed)" and "0.15.2 -> 0.15.4" in newest["body"]
+    closed = [pr for pr in api.state.opened() if pr["head"]["ref"] == zig]
+    assert closed[0]["state"] == "closed"
+
+
+def test_open_pr_evaluates_and_delivers_in_one_process(world, capsys):
+    proj, archive, _, api = world
+    archive.publish(**MOVED)
+    assert bump(proj, "toolchain:vulkan-sdk", "--open-pr", "--dry-run") == 0
+    assert "would-propose" in capsys.readouterr().out and not api.state.opened() and branches(proj) == ["main"]
+    assert bump(proj, "toolchain:vulkan-sdk", "--open-pr") == 0
+    [pr] = api.state.opened()
+    assert tc.is_branch_of("vulkan-sdk", pr["head"]["ref"])
+
+
+# ---- a report tampered with ------------------------------------------------------------------------------------------------
+def _base(e):
+    e["files"][0]["base_sha256"] = "0" * 64
+
+
+def _one_file_less(e):
+    e["files"].pop()
+
+
+def _lists_differ(e):
+    f = e["files"][1]
+    new_v = deb_entry("libvulkan1", "1.3.239.0-1+deb12u1")
+    f["text"] = f["text"].replace(new_v["sha256"], sha("other"))
+
+
+def _other_line(e):
+    for f in e["files"]:
+        f["text"] = f["text"].replace("this comment stays", "changed")
+
+
+def _other_package(e):
+    for f in e["files"]:
+        f["text"] = f["text"].replace("libvulkan1_1.3.239.0-1+deb12u1", "libevil_1.3.239.0-1+deb12u1")
+
+
+def _unknown(e):
+    e["name"] = "nonesuch"
+
+
+def _not_carrying(e):
+    e["files"][0]["path"] = "recipes/z.yaml"
+
+
+@pytest.mark.parametrize("tamper, says", [
+    (_base, "made from another recipes/a.yaml"),
+    (_one_file_less, "exactly the files that carry it"),
+    (_lists_differ, "differ between the files"),
+    (_other_line, "not the committed file with only toolchain:vulkan-sdk's entries moved"),
+    (_other_package, "another package's file"),
+    (_unknown, "'nonesuch' is not a toolchain input"),
+    (_not_carrying, "does not carry toolchain:vulkan-sdk"),
+])
+def test_a_tampered_report_is_refused_in_one_line_and_nothing_is_pushed(world, tmp_path, monkeypatch, capsys,
+                                                                       tamper, says):
+    proj, archive, _, api = world
+    archive.publish(**MOVED)
+    out = tmp_path / "artifact"
+    data = evaluate(proj, out, monkeypatch, "toolchain:vulkan-sdk")
+    tamper(data["inputs"][0])
+    (out / tc.REPORT).write_text(json.dumps(data))
+    capsys.readouterr()
+    assert bump(proj, "toolchain:vulkan-sdk", "--from-report", str(out), "--open-pr") == 2
+    err = capsys.readouterr().err
+    assert says in err and err.startswith(f"error: {tc.REPORT}") and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not api.state.opened() and branches(proj) == ["main"]
