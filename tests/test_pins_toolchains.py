@@ -242,6 +242,24 @@ def test_the_index_is_pips(env, want):
     assert tc.pypi_base(env) == want
 
 
+@pytest.mark.parametrize("listing, want", [
+    ("global.index-url='http://127.0.0.1:9/simple'\nglobal.cert='/x'", "http://127.0.0.1:9/simple"),
+    ("global.extra-index-url='file:///x/simple'\nglobal.find-links='/w'", None),
+    ("global.index-url='http://a/simple'\ninstall.index-url='http://b/simple'", "http://b/simple"),
+    ("", None),
+])
+def test_pips_configured_index_is_read_from_its_config_listing(listing, want):
+    assert tc.index_setting(listing) == want
+
+
+def test_without_a_setting_the_index_is_the_one_pip_uses(tmp_path, monkeypatch):
+    """No $PIP_INDEX_URL: the configured one of `pip config list`, as the pip that downloads the wheels sees it."""
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nindex-url = http://127.0.0.1:9/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    assert tc.pypi_base({}) == "http://127.0.0.1:9"
+
+
 # ---- the bump: a fake package index, a Debian archive on disk ---------------------------------------------------------------
 class FakeIndex:
     """A package index's JSON API (`/pypi/<name>/json`) on 127.0.0.1."""

@@ -28,8 +28,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OnebitError
@@ -350,27 +350,42 @@ def edit_text(text: str, old: Sequence[Mapping], new: Sequence[Mapping], kind: s
 
 
 # ---- reading the world (thin) ----------------------------------------------------------------------------------------
-def pypi_base(env: Mapping[str, str] | None = None) -> str:
-    """The package index whose JSON API is asked (`<base>/pypi/<name>/json`): pip's index setting ($PIP_INDEX_URL,
-    else pip's configured global.index-url, else pip's default), its `/simple` suffix dropped."""
-    env = os.environ if env is None else env
-    url = (env.get("PIP_INDEX_URL") or "").split()
-    url = url[0] if url else None
-    if not url:
-        try:
-            from pip._internal.configuration import Configuration
+def index_setting(config_list: str) -> str | None:
+    """Pure: the index-url of `pip config list`'s output (`global.index-url='...'`; download's or install's else)."""
+    found = {}
+    for line in config_list.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key.strip().endswith(".index-url") and not key.strip().endswith("extra-index-url"):
+            found[key.strip().split(".")[0]] = value.strip().strip("'\"")
+    return next((found[k] for k in ("download", "install", "global", ":env:") if found.get(k)), None)
 
-            conf = Configuration(isolated=False)
-            conf.load()
-            url = next((v for k, v in conf.items() if k in ("global.index-url", ":env:.index-url")), None)
-        except Exception:  # pip's internals changed: its default
-            url = None
-    if not url:
-        from pip._internal.models.index import PyPI
 
-        url = PyPI.url
-    url = url.rstrip("/")
+def json_base(index: str) -> str:
+    """Pure: the base of an index's JSON API from its simple index URL (`<base>/simple` -> `<base>`)."""
+    url = index.split()[0].rstrip("/")
     return url[: -len("/simple")] if url.endswith("/simple") else url
+
+
+def pypi_base(env: Mapping[str, str] | None = None) -> str:
+    """The package index whose JSON API is asked (`<base>/pypi/<name>/json`): the index of the pip that downloads the
+    wheels (builders/fetch.py runs `python -m pip`): $PIP_INDEX_URL, else pip's configured index-url, else pip's
+    default; its `/simple` dropped."""
+    import subprocess
+    import sys
+
+    env = os.environ if env is None else env
+    url = (env.get("PIP_INDEX_URL") or "").strip()
+    if not url:
+        proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                              timeout=120, check=False)
+        url = index_setting(proc.stdout) or ""
+    if not url:
+        proc = subprocess.run([sys.executable, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
+                              capture_output=True, text=True, timeout=120, check=False)
+        url = proc.stdout.strip()
+        if proc.returncode != 0 or not url:
+            raise OnebitError("cannot tell pip's package index", hint="set PIP_INDEX_URL")
+    return json_base(url)
 
 
 def read_releases(package: str, *, base: str | None = None, session=None) -> dict:
@@ -421,6 +436,7 @@ class World:
         self._debs: list | None = None
         self._releases: dict[str, dict] = {}
         self._session = None
+        self._base: str | None = None
 
     def session(self):
         if self._session is None:
@@ -432,7 +448,9 @@ class World:
     def releases(self, package: str) -> dict:
         if package not in self._releases:
             self.log(f"read {package}'s releases from the package index")
-            self._releases[package] = read_releases(package, session=self.session())
+            if self._base is None:
+                self._base = pypi_base()
+            self._releases[package] = read_releases(package, base=self._base, session=self.session())
         return self._releases[package]
 
     def deb_indexes(self) -> list[tuple[str, list[Deb]]]:
@@ -729,7 +747,7 @@ def pr_body(m: InputMove, rollback: str | None = None) -> str:
 
 def commit_message(m: InputMove, rollback: str | None) -> str:
     return "\n".join([pr_title(m.name, len(m.changes)), ""] + list(m.changes)
-                     + ([f"", f"Rollback: {rollback}"] if rollback else [])) + "\n"
+                     + (["", f"Rollback: {rollback}"] if rollback else [])) + "\n"
 
 
 def deliver(ctx, opts: Options, moves: Sequence[InputMove]) -> list[Outcome]:
