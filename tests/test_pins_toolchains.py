@@ -562,3 +562,74 @@ def test_a_tampered_report_is_refused_in_one_line_and_nothing_is_pushed(world, t
     assert says in err and err.startswith(f"error: {tc.REPORT}") and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
     assert not api.state.opened() and branches(proj) == ["main"]
+
+
+# ---- the project's own recipes, copied: the real lists move and stay loadable and equal ----------------------------------
+def test_the_projects_recipes_move_alike_and_still_load(tmp_path, monkeypatch):
+    """A copy of this checkout's recipes against an archive that holds exactly the pinned SDK files (in the suites
+    the issue names: libvulkan1 in bookworm, the rest in trixie) plus a bookworm point release of libvulkan1 and
+    newer sid uploads, and an index that holds the pinned wheels plus newer ones: the edited recipes load with the
+    project's loader, the four SDK lists are still one list, and only the moved entries changed."""
+    import shutil
+
+    import yaml
+
+    from builders import config
+    from builders.pins.bump import Options
+
+    copy = tmp_path / "project"
+    copy.mkdir()
+    shutil.copy(TOP / "pins.yaml", copy / "pins.yaml")
+    for d in ("recipes", "roots"):
+        shutil.copytree(TOP / d, copy / d)
+    (copy / "onebit").mkdir()  # recipes/serve.yaml's local source
+    inputs = {i.name: i for i in tc.load_inputs(copy)}
+    sdk = inputs["vulkan-sdk"]
+    suites: dict[str, list[dict]] = {"bookworm": [], "trixie": [], "sid": [], "experimental": []}
+    for e in sdk.entries:
+        name, version, arch = tc.pool_name(e["path"])
+        suite = "bookworm" if name == "libvulkan1" else "trixie"
+        suites[suite].append({"Package": name, "Version": version, "Architecture": arch, "Filename": e["path"],
+                              "SHA256": e["sha256"]})
+        suites["sid"].append(stanza(name, version + "+sid1", arch))
+    suites["bookworm"].append(stanza("libvulkan1", "1.3.239.0-1+deb12u1"))
+    archive = tmp_path / "debian"
+    for suite, stanzas in suites.items():
+        f = archive / "dists" / suite / "main" / "binary-amd64" / "Packages.xz"
+        f.parent.mkdir(parents=True)
+        f.write_bytes(lzma.compress("\n".join("".join(f"{k}: {v}\n" for k, v in s.items()) for s in stanzas).encode()))
+    index = FakeIndex()
+    try:
+        for inp in (inputs["zig"], inputs["nvcc"]):
+            for e in inp.entries:
+                pinned = {"filename": f"{e['package'].replace('-', '_')}-{e['version']}-{LINUX}.whl",
+                          "packagetype": "bdist_wheel", "digests": {"sha256": e["sha256"]}, "yanked": False}
+                index.releases[e["package"]] = {str(e["version"]): [pinned]}
+        index.releases["ziglang"]["0.15.3"] = [wheel_file("ziglang", "0.15.3")]
+        index.releases["nvidia-cuda-nvcc"]["13.1.80"] = [wheel_file("nvidia-cuda-nvcc", "13.1.80")]
+        index.releases["nvidia-cuda-nvcc"]["14.0.1"] = [wheel_file("nvidia-cuda-nvcc", "14.0.1")]
+        monkeypatch.setenv("PIP_INDEX_URL", index.url)
+        before = {f.name: f.read_text() for f in (copy / "recipes").glob("*.yaml")}
+        world = tc.World(copy, archives=[archive.as_uri()])
+        out = {o.pin: o for o in tc.bump_inputs(copy, Options(), names_given=False, world=world)}
+    finally:
+        index.close()
+    assert {k: o.state for k, o in out.items()} == {"toolchain:nvcc": "edited", "toolchain:vulkan-sdk": "edited",
+                                                    "toolchain:zig": "edited"}
+    assert "libvulkan1: 1.3.239.0-1 (bookworm) -> 1.3.239.0-1+deb12u1 (bookworm)" in out["toolchain:vulkan-sdk"].detail
+    assert "1 change(s)" in out["toolchain:vulkan-sdk"].detail  # nothing jumped to sid
+    assert "nvidia-cuda-nvcc: 13.0.88 -> 13.1.80" in out["toolchain:nvcc"].detail  # 14.x is another major
+    after = {f.name: f.read_text() for f in (copy / "recipes").glob("*.yaml")}
+    changed = sorted(n for n in after if after[n] != before[n])
+    assert changed == ["cuda.yaml", "hrx.yaml", "lean.yaml", "vulkan.yaml", "zinc.yaml"]
+    for n in changed:  # one line per moved entry, and the comments untouched
+        diff = [(a, b) for a, b in zip(before[n].splitlines(), after[n].splitlines()) if a != b]
+        assert len(before[n].splitlines()) == len(after[n].splitlines())
+        assert len(diff) == {"cuda.yaml": 1, "zinc.yaml": 2}.get(n, 1), (n, diff)
+        assert all(not a.lstrip().startswith("#") for a, _ in diff)
+    moved = {i.name: i for i in tc.load_inputs(copy)}
+    assert sorted(moved) == ["nvcc", "vulkan-sdk", "zig"]  # still one SDK list, carried by the same four recipes
+    assert moved["vulkan-sdk"].files == sdk.files
+    assert tc.pool_name(moved["vulkan-sdk"].entries[-1]["path"])[1] == "1.3.239.0-1+deb12u1"
+    config.load_project(copy)  # the project's loader takes the edited recipes
+    assert yaml.safe_load(after["zinc.yaml"])["toolchain"][0]["wheels"][0]["version"] == "0.15.3"

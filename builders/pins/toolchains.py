@@ -501,18 +501,24 @@ def evaluate_input(root: Path, inp: Input, opts: Options, world: World) -> dict:
 
 def evaluate_inputs(root: Path, opts: Options, *, names_given: bool, log: Log = _noop, world: World | None = None) -> list[dict]:
     """Every selected input of the project at `root`, in name order, as toolchains.json entries."""
+    return list(each_input(root, opts, names_given=names_given, log=log, world=world))
+
+
+def each_input(root: Path, opts: Options, *, names_given: bool, log: Log = _noop, world: World | None = None):
+    """The entries one by one, each read from the files as they are when it is evaluated (a local run writes one
+    input's edit before the next input that shares a recipe, zinc.yaml's zig and Vulkan SDK, is read)."""
     try:
         inputs = {i.name: i for i in load_inputs(root)}
     except OnebitError as exc:
-        return [{"name": "*", "state": "error", "detail": exc.what[:MAX_DETAIL], "files": []}]
+        yield {"name": "*", "state": "error", "detail": exc.what[:MAX_DETAIL], "files": []}
+        return
     _, wanted = split_names(opts.names)
-    out = [{"name": n if ENTRY_NAME.match(n) else "*", "state": "error", "files": [],
-            "detail": f"no toolchain input named {n!r}; the recipes pin: {', '.join(sorted(inputs)) or 'none'}"[:MAX_DETAIL]}
-           for n in sorted(set(wanted) - set(inputs))]
+    for n in sorted(set(wanted) - set(inputs)):
+        yield {"name": n if ENTRY_NAME.match(n) else "*", "state": "error", "files": [],
+               "detail": f"no toolchain input named {n!r}; the recipes pin: {', '.join(sorted(inputs)) or 'none'}"[:MAX_DETAIL]}
     world = world or World(root, log=log)
     for name in selected(sorted(inputs), wanted, names_given, opts.cadence):
-        out.append(evaluate_input(root, inputs[name], opts, world))
-    return out
+        yield evaluate_input(root, inputs[name], opts, world)
 
 
 def write_report(work: Path, entries: Sequence[dict]) -> Path:
@@ -532,7 +538,7 @@ def bump_inputs(root: Path, opts: Options, *, names_given: bool, log: Log = _noo
     from ..swap import write_text_atomic
 
     out = []
-    for e in evaluate_inputs(root, opts, names_given=names_given, log=log, world=world):
+    for e in each_input(root, opts, names_given=names_given, log=log, world=world):
         if e["state"] != "would-propose" or opts.dry_run:
             out.append(entry_outcome(e))
             continue
