@@ -506,6 +506,27 @@ def test_open_pr_evaluates_and_delivers_in_one_process(world, capsys):
     assert tc.is_branch_of("vulkan-sdk", pr["head"]["ref"])
 
 
+def test_a_held_input_opens_no_pr_unless_a_rollback_is_allowed(world, tmp_path, monkeypatch, capsys):
+    proj, _, index, api = world
+    index.releases["ziglang"]["0.15.3"] = [wheel_file("ziglang", "0.15.3")]
+    assert bump(proj, "toolchain:zig") == 0
+    proj.commit_all("zig moved")
+    git(proj.root, "push", "--quiet", "origin", "main")
+    index.releases["ziglang"]["0.15.3"] = [wheel_file("ziglang", "0.15.3", yanked=True)]
+    out = tmp_path / "artifact"
+    [entry] = evaluate(proj, out, monkeypatch, "toolchain:zig")["inputs"]
+    assert entry["state"] == "held" and "ziglang: 0.15.3 -> 0.15.2" in entry["detail"]
+    capsys.readouterr()
+    assert bump(proj, "toolchain:zig", "--from-report", str(out), "--open-pr") == 1
+    assert "held" in capsys.readouterr().out and not api.state.opened() and branches(proj) == ["main"]
+    assert bump(proj, "toolchain:zig", "--from-report", str(out), "--open-pr", "--allow-rollback",
+                "--reason", "0.15.3 was yanked") == 0
+    [pr] = api.state.opened()
+    assert "**Rollback**: 0.15.3 was yanked" in pr["body"] and "> - ziglang: 0.15.3 -> 0.15.2" in pr["body"]
+    assert api.state.labels[pr["number"]] == ["rollback"]
+    assert git(proj.origin.path, "diff", "--name-only", "main", f"refs/heads/{pr['head']['ref']}") == "recipes/z.yaml"
+
+
 # ---- a report tampered with ------------------------------------------------------------------------------------------------
 def _base(e):
     e["files"][0]["base_sha256"] = "0" * 64
