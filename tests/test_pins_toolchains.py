@@ -552,6 +552,11 @@ def _other_package(e):
         f["text"] = f["text"].replace("libvulkan1_1.3.239.0-1+deb12u1", "libevil_1.3.239.0-1+deb12u1")
 
 
+def _not_a_recipe(e):
+    for f in e["files"]:
+        f["text"] = "toolchain: {{{\n"
+
+
 def _unknown(e):
     e["name"] = "nonesuch"
 
@@ -567,6 +572,7 @@ def _not_carrying(e):
     (_other_line, "not the committed file with only toolchain:vulkan-sdk's entries moved"),
     (_other_package, "another package's file"),
     (_unknown, "'nonesuch' is not a toolchain input"),
+    (_not_a_recipe, "does not carry one vulkan-sdk list"),
     (_not_carrying, "does not carry toolchain:vulkan-sdk"),
 ])
 def test_a_tampered_report_is_refused_in_one_line_and_nothing_is_pushed(world, tmp_path, monkeypatch, capsys,

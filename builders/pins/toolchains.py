@@ -88,12 +88,15 @@ def _key(entry: Mapping, kind: str) -> tuple:
 
 
 def _tool_lists(data: Mapping) -> list[tuple[str, Mapping]]:
-    out = []
-    for t in (data.get("toolchain") or []):
-        out.append(("toolchain", t))
-    for vname, v in sorted((data.get("variants") or {}).items()):
-        for t in ((v or {}).get("toolchain") or []):
-            out.append((f"variants.{vname}.toolchain", t))
+    """Pure: the toolchain entries of a recipe's data, each with where it is (other shapes are skipped)."""
+    def entries(v) -> list:
+        return [t for t in v if isinstance(t, Mapping)] if isinstance(v, list) else []
+
+    out = [("toolchain", t) for t in entries(data.get("toolchain"))]
+    variants = data.get("variants")
+    for vname, v in sorted(variants.items() if isinstance(variants, Mapping) else [], key=lambda kv: str(kv[0])):
+        if isinstance(v, Mapping):
+            out += [(f"variants.{vname}.toolchain", t) for t in entries(v.get("toolchain"))]
     return out
 
 
@@ -107,7 +110,7 @@ def find_inputs(recipes: Mapping[str, Mapping]) -> list[Input]:
                 continue
             for kind in ("wheels", "debs"):
                 entries = t.get(kind)
-                if not entries:
+                if not entries or not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
                     continue
                 key = (t.get("tool"), kind, tuple(_key(e, kind) for e in entries))
                 g = groups.setdefault(key, {"tool": t.get("tool"), "kind": kind, "version": t.get("version"),
@@ -573,23 +576,30 @@ class InputMove:
     older: tuple[str, ...] = ()
 
 
-def _entries_in(text: str, path: str, inp: Input) -> tuple[Mapping, ...] | None:
+def _normal(e: Mapping) -> tuple:
+    """Pure: an entry as comparable data (its scalars as text, `ship` as a tuple)."""
+    return tuple(sorted((k, tuple(map(str, v)) if k == "ship" and isinstance(v, list) else str(v)) for k, v in e.items()))
+
+
+def _entries_in(text: str, path: str, inp: Input) -> tuple[dict, ...] | None:
+    """The list of `inp`'s tool at its places in `path`'s text (None unless every place carries the same one)."""
     import yaml
 
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError:
         return None
+    places = {p.where for p in inp.places if p.recipe == path}
     lists = set()
     for where, t in _tool_lists(_plain(data)):
-        if isinstance(t, Mapping) and t.get("tool") == inp.tool and any(p.where == where for p in inp.places
-                                                                       if p.recipe == path):
-            lists.add(tuple(tuple(sorted((k, str(v)) for k, v in e.items() if k != "ship")) + (("ship", str(e.get("ship"))),)
-                            for e in (t.get(inp.kind) or [])))
+        if isinstance(t, Mapping) and t.get("tool") == inp.tool and where in places:
+            entries = t.get(inp.kind)
+            if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+                return None
+            lists.add(tuple(_normal(e) for e in entries))
     if len(lists) != 1:
         return None
-    found = next(iter(lists))
-    return tuple({k: v for k, v in e} for e in found)
+    return tuple(dict(e) for e in next(iter(lists)))
 
 
 def read_report(data, inputs: Mapping[str, Input], committed: Callable[[str], str], allowed: bool) -> list[InputMove]:
