@@ -567,6 +567,50 @@ def propose_files(ctx: Context, target: tuple[Repo, str, str], name: str, files:
     return Outcome(name, "proposed", f"PR #{pr['number']}: {title}", url=pr.get("html_url"), body=body)
 
 
+@dataclass(frozen=True)
+class FileMove:
+    """A verified move of files that is not a pin's (a build root's, a toolchain input's), ready to deliver."""
+    name: str  # the outcome's label: root:NAME, toolchain:NAME
+    state: str  # would-propose, or the state reported as is
+    detail: str
+    files: dict = field(default_factory=dict)  # repo-relative path -> new text
+    branch: str = ""
+    title: str = ""
+    body: str = ""
+    message: str = ""
+    rollback: bool = False
+    older: Callable[[str], bool] = lambda ref: False  # an older PR's branch of the same thing
+
+
+def deliver_files(ctx: Context, opts: Options, moves: Sequence[FileMove]) -> list[Outcome]:
+    """Each move: a PR of its own (--open-pr: propose_files), a line (--dry-run), or its files written in place."""
+    from ..swap import write_text_atomic
+
+    target = None
+    out: list[Outcome] = []
+    for m in moves:
+        if m.state != "would-propose":
+            out.append(Outcome(m.name, m.state, m.detail))
+            continue
+        if opts.dry_run:
+            out.append(Outcome(m.name, "would-propose", f"{m.title} on {m.branch}: {m.detail}", body=m.body))
+            continue
+        if not opts.open_pr:
+            for path, text in m.files.items():
+                write_text_atomic(Path(ctx.root) / path, text)
+            out.append(Outcome(m.name, "edited", m.detail))
+            continue
+        if target is None:
+            try:
+                target = pr_target(ctx, opts)
+            except OnebitError as exc:
+                out.append(Outcome(m.name, "error", str(exc)))
+                continue
+        out.append(propose_files(ctx, target, m.name, m.files, branch=m.branch, title=m.title, body=m.body,
+                                 message=m.message, rollback=m.rollback, older=m.older))
+    return out
+
+
 def bump(ctx: Context, opts: Options) -> list[Outcome]:
     """(The token holder) evaluate every selected pin in isolation (builders/pins/isolate.py), then push and open PRs
     from the report alone: nothing of upstream's is checked out or run in this process."""

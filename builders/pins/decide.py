@@ -90,15 +90,16 @@ def short(sha: str | None) -> str:
     return sha[:12] if sha else "unresolved"
 
 
-def branch_name(pin: str, sha: str) -> str:
-    """The branch a proposal lives on; its name is the proposal's identity (pin + new commit)."""
-    return f"{BRANCH_PREFIX}{pin}-{sha[:12]}"
+def branch_name(pin: str, sha: str, prefix: str = BRANCH_PREFIX) -> str:
+    """The branch a proposal lives on; its name is the proposal's identity (pin + new commit, or a build root's or
+    toolchain input's name + the digest of its new files, under their own prefix)."""
+    return f"{prefix}{pin}-{sha[:12]}"
 
 
-def is_branch_of(pin: str, ref: str) -> bool:
+def is_branch_of(pin: str, ref: str, prefix: str = BRANCH_PREFIX) -> bool:
     """Whether `ref` is a bump branch of `pin` (and not of a pin whose name only starts the same)."""
-    prefix = f"{BRANCH_PREFIX}{pin}-"
-    return ref.startswith(prefix) and re.fullmatch(r"[0-9a-f]{12}", ref[len(prefix):]) is not None
+    start = f"{prefix}{pin}-"
+    return ref.startswith(start) and re.fullmatch(r"[0-9a-f]{12}", ref[len(start):]) is not None
 
 
 def fork_tag(pin: str, sha: str) -> str:

@@ -29,7 +29,7 @@ from debian.debian_support import Version
 
 from ..errors import OnebitError
 from ..root_pins import Change, RootPin, describe, diff, load_roots, moved_text
-from . import report
+from . import decide, report
 from .bump import Options, Outcome
 
 PREFIX = "root:"
@@ -98,13 +98,12 @@ def digest(text: str) -> str:
 
 def branch_name(name: str, text: str) -> str:
     """Pure: the branch a root's move lives on; named by the root and the new file's content."""
-    return f"{BRANCH_PREFIX}{name}-{digest(text)[:12]}"
+    return decide.branch_name(name, digest(text), BRANCH_PREFIX)
 
 
 def is_branch_of(name: str, ref: str) -> bool:
     """Pure: whether `ref` is a move branch of root `name` (not of a root whose name only starts the same)."""
-    prefix = f"{BRANCH_PREFIX}{name}-"
-    return ref.startswith(prefix) and re.fullmatch(r"[0-9a-f]{12}", ref[len(prefix):]) is not None
+    return decide.is_branch_of(name, ref, BRANCH_PREFIX)
 
 
 def pr_title(name: str, changes: int) -> str:
@@ -360,38 +359,20 @@ def verified_moves(ctx, opts: Options, data) -> list[RootMove]:
 
 
 def deliver(ctx, opts: Options, moves: Sequence[RootMove]) -> list[Outcome]:
-    """Each verified move: a PR of its own (--open-pr), a line (--dry-run), or the file written in place."""
-    from ..swap import write_text_atomic
+    """Each verified move: a PR of its own (--open-pr), a line (--dry-run), or the file written in place
+    (bump.deliver_files, shared with the toolchain inputs)."""
     from . import bump as bumpmod
 
-    target = None
-    out: list[Outcome] = []
-    for m in moves:
-        name = PREFIX + m.name
+    def move(m: RootMove) -> bumpmod.FileMove:
         if m.state != "would-propose":
-            out.append(Outcome(name, m.state, m.detail))
-            continue
-        branch = branch_name(m.name, m.text)
-        title = pr_title(m.name, len(m.changes))
+            return bumpmod.FileMove(PREFIX + m.name, m.state, m.detail)
         rollback = opts.reason if m.older else None
-        body = pr_body(m.name, m.changes, m.snapshot, m.text, rollback=rollback, older=m.older)
-        if opts.dry_run:
-            out.append(Outcome(name, "would-propose", f"{title} on {branch}: {m.detail}", body=body))
-            continue
-        if not opts.open_pr:
-            write_text_atomic(Path(ctx.root) / root_file(m.name), m.text)
-            out.append(Outcome(name, "edited", m.detail))
-            continue
-        if target is None:
-            try:
-                target = bumpmod.pr_target(ctx, opts)
-            except OnebitError as exc:
-                out.append(Outcome(name, "error", str(exc)))
-                continue
-        out.append(bumpmod.propose_files(ctx, target, name, {root_file(m.name): m.text}, branch=branch, title=title,
-                                         body=body, message=commit_message(m.name, m.changes, m.snapshot, rollback),
-                                         rollback=bool(rollback), older=lambda ref, n=m.name: is_branch_of(n, ref)))
-    return out
+        return bumpmod.FileMove(PREFIX + m.name, m.state, m.detail, files={root_file(m.name): m.text},
+                                branch=branch_name(m.name, m.text), title=pr_title(m.name, len(m.changes)),
+                                body=pr_body(m.name, m.changes, m.snapshot, m.text, rollback=rollback, older=m.older),
+                                message=commit_message(m.name, m.changes, m.snapshot, rollback), rollback=bool(rollback),
+                                older=lambda ref, n=m.name: is_branch_of(n, ref))
+    return bumpmod.deliver_files(ctx, opts, [move(m) for m in moves])
 
 
 def in_process(root: Path, opts: Options, *, names_given: bool, log: Callable[[str], None] = lambda m: None,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OnebitError
-from . import report
+from . import decide as pin_decide, report
 from .bump import Options, Outcome
 
 PREFIX = "toolchain:"
@@ -737,12 +737,11 @@ def verified_moves(ctx, opts: Options, data) -> list[InputMove]:
 def branch_name(name: str, files: Sequence[tuple[str, str]]) -> str:
     """Pure: the branch an input's move lives on; named by the input and the new files' content."""
     h = hashlib.sha256("\0".join(f"{p}\0{t}" for p, t in sorted(files)).encode("utf-8")).hexdigest()
-    return f"{BRANCH_PREFIX}{name}-{h[:12]}"
+    return pin_decide.branch_name(name, h, BRANCH_PREFIX)
 
 
 def is_branch_of(name: str, ref: str) -> bool:
-    prefix = f"{BRANCH_PREFIX}{name}-"
-    return ref.startswith(prefix) and re.fullmatch(r"[0-9a-f]{12}", ref[len(prefix):]) is not None
+    return pin_decide.is_branch_of(name, ref, BRANCH_PREFIX)
 
 
 def pr_title(name: str, changes: int) -> str:
@@ -767,36 +766,16 @@ def commit_message(m: InputMove, rollback: str | None) -> str:
 
 
 def deliver(ctx, opts: Options, moves: Sequence[InputMove]) -> list[Outcome]:
-    """Each verified move: a PR of its own (--open-pr), a line (--dry-run), or the files written in place."""
-    from ..swap import write_text_atomic
+    """Each verified move: a PR of its own (--open-pr), a line (--dry-run), or the files written in place
+    (bump.deliver_files, shared with the build roots)."""
     from . import bump as bumpmod
 
-    target = None
-    out: list[Outcome] = []
-    for m in moves:
-        name = PREFIX + m.name
+    def move(m: InputMove) -> bumpmod.FileMove:
         if m.state != "would-propose":
-            out.append(Outcome(name, m.state, m.detail))
-            continue
-        branch = branch_name(m.name, m.files)
-        title = pr_title(m.name, len(m.changes))
+            return bumpmod.FileMove(PREFIX + m.name, m.state, m.detail)
         rollback = opts.reason if m.older else None
-        body = pr_body(m, rollback)
-        if opts.dry_run:
-            out.append(Outcome(name, "would-propose", f"{title} on {branch}: {m.detail}", body=body))
-            continue
-        if not opts.open_pr:
-            for path, text in m.files:
-                write_text_atomic(Path(ctx.root) / path, text)
-            out.append(Outcome(name, "edited", m.detail))
-            continue
-        if target is None:
-            try:
-                target = bumpmod.pr_target(ctx, opts)
-            except OnebitError as exc:
-                out.append(Outcome(name, "error", str(exc)))
-                continue
-        out.append(bumpmod.propose_files(ctx, target, name, dict(m.files), branch=branch, title=title, body=body,
-                                         message=commit_message(m, rollback), rollback=bool(rollback),
-                                         older=lambda ref, n=m.name: is_branch_of(n, ref)))
-    return out
+        return bumpmod.FileMove(PREFIX + m.name, m.state, m.detail, files=dict(m.files),
+                                branch=branch_name(m.name, m.files), title=pr_title(m.name, len(m.changes)),
+                                body=pr_body(m, rollback), message=commit_message(m, rollback), rollback=bool(rollback),
+                                older=lambda ref, n=m.name: is_branch_of(n, ref))
+    return bumpmod.deliver_files(ctx, opts, [move(m) for m in moves])
