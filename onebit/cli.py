@@ -237,9 +237,14 @@ def refuse(line: str, env=None) -> None:
         return
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        # created anew, never through a link or over a file someone else planted (the file may sit in a shared
+        # directory); the rename replaces a link at `path` itself, never what it points to
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with open(fd, "w", encoding="utf-8") as f:
             f.write(line.splitlines()[0] + "\n")
         os.replace(tmp, path)
+    except FileExistsError:  # not ours: leave it alone
+        return
     except OSError:
         try:
             os.unlink(tmp)

@@ -300,3 +300,23 @@ def test_onebit_devices_from_a_manifest(tmp_path, backends, want):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_the_refusal_file_never_writes_through_a_planted_link(tmp_path):
+    """The file may sit in a shared directory: a link planted at its aside name (or at its own name) never makes the
+    refusal write anywhere else; the line still reaches stderr, and a link at the name itself is replaced, not
+    followed."""
+    from onebit.cli import REFUSAL_FILE_ENV, refuse
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    path = tmp_path / "onebit-8001.refusal"
+    (tmp_path / f"onebit-8001.refusal.{os.getpid()}.tmp").symlink_to(victim)
+    refuse("1bit serve: refused: planted aside", env={REFUSAL_FILE_ENV: str(path)})
+    assert victim.read_text() == "keep\n" and not path.exists()
+    (tmp_path / f"onebit-8001.refusal.{os.getpid()}.tmp").unlink()
+    path.symlink_to(victim)
+    refuse("1bit serve: refused: planted at the name", env={REFUSAL_FILE_ENV: str(path)})
+    assert victim.read_text() == "keep\n"
+    assert not path.is_symlink() and path.read_text() == "1bit serve: refused: planted at the name\n"
+    assert (path.stat().st_mode & 0o777) == 0o600
