@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from ..errors import OnebitError
@@ -84,6 +85,26 @@ def loads(text: str, where: str) -> Any:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, allow_nan=False, ensure_ascii=True, sort_keys=True)
+
+
+def write_file(work: Path, name: str, data: Any) -> Path:
+    """A report file (`work/name`) written aside and swapped into place."""
+    from ..swap import write_text_atomic
+
+    out = Path(work) / name
+    write_text_atomic(out, dumps(data))
+    return out
+
+
+def load_file(work: Path, name: str, max_bytes: int) -> Any:
+    """A report file of a downloaded artifact (`work/name`), as parsed JSON, refused in one line past `max_bytes`."""
+    path = Path(work) / name
+    try:
+        if path.stat().st_size > max_bytes:
+            raise ReportError(f"{name}: larger than {max_bytes} bytes; nothing was pushed or opened")
+        return loads(path.read_text(encoding="utf-8"), name)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportError(f"cannot read {name} in {work}: {exc}") from None
 
 
 # ------------------------------------------------------------------------------------------------ flag reports

@@ -184,11 +184,7 @@ def evaluate_roots(root: Path, opts: Options, *, names_given: bool, log: Callabl
 
 def write_report(work: Path, entries: Sequence[dict]) -> Path:
     """roots.json into `work`, written aside and swapped into place."""
-    from ..swap import write_text_atomic
-
-    out = Path(work) / REPORT
-    write_text_atomic(out, report.dumps({"version": VERSION, "roots": list(entries)}))
-    return out
+    return report.write_file(work, REPORT, {"version": VERSION, "roots": list(entries)})
 
 
 def entry_outcome(e: dict) -> Outcome:
@@ -327,14 +323,7 @@ def _read(data, known: Collection[str], committed: Callable[[str], str], allowed
 
 def load_report(work: Path):
     """roots.json of a downloaded artifact, as parsed JSON (bounded in size)."""
-    path = Path(work) / REPORT
-    try:
-        size = path.stat().st_size
-        if size > MAX_REPORT:
-            raise report.ReportError(f"{REPORT}: larger than {MAX_REPORT} bytes; nothing was pushed or opened")
-        return report.loads(path.read_text(encoding="utf-8"), REPORT)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise report.ReportError(f"cannot read {REPORT} in {work}: {exc}") from None
+    return report.load_file(work, REPORT, MAX_REPORT)
 
 
 # ---- the token holder: delivery --------------------------------------------------------------------------------------

@@ -525,11 +525,8 @@ def each_input(root: Path, opts: Options, *, names_given: bool, log: Log = _noop
 
 
 def write_report(work: Path, entries: Sequence[dict]) -> Path:
-    from ..swap import write_text_atomic
-
-    out = Path(work) / REPORT
-    write_text_atomic(out, report.dumps({"version": VERSION, "inputs": list(entries)}))
-    return out
+    """toolchains.json into `work`, written aside and swapped into place."""
+    return report.write_file(work, REPORT, {"version": VERSION, "inputs": list(entries)})
 
 
 def entry_outcome(e: dict) -> Outcome:
@@ -556,13 +553,8 @@ def in_process(root: Path, opts: Options, *, names_given: bool, log: Log = _noop
 
 
 def load_report(work: Path):
-    path = Path(work) / REPORT
-    try:
-        if path.stat().st_size > MAX_REPORT:
-            raise report.ReportError(f"{REPORT}: larger than {MAX_REPORT} bytes; nothing was pushed or opened")
-        return report.loads(path.read_text(encoding="utf-8"), REPORT)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise report.ReportError(f"cannot read {REPORT} in {work}: {exc}") from None
+    """toolchains.json of a downloaded artifact, as parsed JSON (bounded in size)."""
+    return report.load_file(work, REPORT, MAX_REPORT)
 
 
 # ---- the token holder: toolchains.json read back strictly ------------------------------------------------------------
