@@ -301,3 +301,28 @@ class Project:
         git(self.root, "add", ".")
         git(self.root, "commit", "--quiet", "-m", message)
         return git(self.root, "rev-parse", "HEAD")
+
+
+# ---- the bot's command line against a Project (roots and toolchain inputs) -----------------------------------------
+def bump(proj: Project, *argv: str) -> int:
+    """`1bit-build pins bump ARGV` in the project, in this process."""
+    from builders.pins.__main__ import main
+
+    return main(["--root", str(proj.root), "bump", *argv])
+
+
+def branches(proj: Project) -> list[str]:
+    """The branches of the project's origin."""
+    out = git(proj.origin.path, "for-each-ref", "--format=%(refname)", "refs/heads/")
+    return [r.removeprefix("refs/heads/") for r in out.split()]
+
+
+def evaluate_report(proj: Project, out: Path, monkeypatch, token: str, report: str, *names: str) -> dict:
+    """The evaluating job: `pins bump NAMES --report OUT` with no token in the environment; the report file `report`
+    it wrote, as JSON."""
+    monkeypatch.delenv("ONEBIT_BOT_TOKEN")
+    try:
+        assert bump(proj, *names, "--report", str(out)) == 0
+    finally:
+        monkeypatch.setenv("ONEBIT_BOT_TOKEN", token)
+    return json.loads((out / report).read_text())

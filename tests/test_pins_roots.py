@@ -19,7 +19,7 @@ from builders import debs, roots
 from builders.pins import roots as roots_bump
 from builders.pins.__main__ import main
 from builders.root_pins import Change, load_roots
-from pins_fixtures import FakeAPI, Project, Upstream, git
+from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, evaluate_report, git
 
 TOKEN = "t0ken-for-root-tests"
 HEAD = ("# a test root: this comment and the requests above the generated part are kept byte for byte\n"
@@ -82,27 +82,13 @@ def world(tmp_path, monkeypatch):
     api.close()
 
 
-def bump(proj: Project, *argv: str) -> int:
-    return main(["--root", str(proj.root), "bump", *argv])
-
-
 def root_text(proj: Project) -> str:
     return (proj.root / "roots" / "t.yaml").read_text()
 
 
-def branches(proj: Project) -> list[str]:
-    out = git(proj.origin.path, "for-each-ref", "--format=%(refname)", "refs/heads/")
-    return [r.removeprefix("refs/heads/") for r in out.split()]
-
-
 def evaluate(proj: Project, out: Path, monkeypatch, *names: str) -> dict:
     """The evaluating job: no token in the environment."""
-    monkeypatch.delenv("ONEBIT_BOT_TOKEN")
-    try:
-        assert bump(proj, *names, "--report", str(out)) == 0
-    finally:
-        monkeypatch.setenv("ONEBIT_BOT_TOKEN", TOKEN)
-    return json.loads((out / roots_bump.REPORT).read_text())
+    return evaluate_report(proj, out, monkeypatch, TOKEN, roots_bump.REPORT, *names)
 
 
 def resolve_in_place(proj: Project, tmp: Path) -> str:

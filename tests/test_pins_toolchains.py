@@ -16,8 +16,7 @@ import pytest
 from builders import debs, roots
 from builders.errors import OnebitError
 from builders.pins import toolchains as tc
-from builders.pins.__main__ import main
-from pins_fixtures import FakeAPI, Project, Upstream, git
+from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, evaluate_report, git
 
 TOKEN = "t0ken-for-toolchain-tests"
 TOP = Path(__file__).resolve().parents[1]
@@ -367,17 +366,8 @@ def world(tmp_path, monkeypatch):
     index.close()
 
 
-def bump(proj: Project, *argv: str) -> int:
-    return main(["--root", str(proj.root), "bump", *argv])
-
-
 def read(proj: Project, name: str) -> str:
     return (proj.root / "recipes" / f"{name}.yaml").read_text()
-
-
-def branches(proj: Project) -> list[str]:
-    return [r.removeprefix("refs/heads/") for r in git(proj.origin.path, "for-each-ref", "--format=%(refname)",
-                                                       "refs/heads/").split()]
 
 
 def test_nothing_moved_is_current(world, capsys):
@@ -444,12 +434,8 @@ def test_an_unknown_input_is_named(world, capsys):
 
 
 def evaluate(proj: Project, out: Path, monkeypatch, *names: str) -> dict:
-    monkeypatch.delenv("ONEBIT_BOT_TOKEN")
-    try:
-        assert bump(proj, *names, "--report", str(out)) == 0
-    finally:
-        monkeypatch.setenv("ONEBIT_BOT_TOKEN", TOKEN)
-    return json.loads((out / tc.REPORT).read_text())
+    """The evaluating job: no token in the environment."""
+    return evaluate_report(proj, out, monkeypatch, TOKEN, tc.REPORT, *names)
 
 
 def test_evaluate_then_deliver_opens_one_pr_per_input_changing_exactly_its_recipes(world, tmp_path, monkeypatch, capsys):
