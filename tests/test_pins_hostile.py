@@ -94,22 +94,29 @@ def all_bytes(top: Path) -> bytes:
     return b"".join(p.read_bytes() for p in top.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+def dsx_project(tmp_path: Path):
+    """An upstream dsx at its old commit (MAKEFILE_OLD), and a project pinning it with RECIPE: (upstream, commit,
+    project)."""
+    up = Upstream(tmp_path / "antirez" / "dsx")
+    old = up.commit("old", {"Makefile": MAKEFILE_OLD, "main.c": "int main(void) { return 0; }\n"})
+    proj = Project(tmp_path, f"""
+    dsx:
+      url: {up.url}
+      policy: branch
+      branch: main
+      commit: {old}
+      cadence: daily
+      license: MIT
+      mirrors: []
+    """, recipes={"dsx": RECIPE})
+    return up, old, proj
+
+
 @needs
 def test_a_hostile_commit_reaches_no_token_no_file_and_no_hook(tmp_path):
     api = FakeAPI()
     try:
-        up = Upstream(tmp_path / "antirez" / "dsx")
-        old = up.commit("old", {"Makefile": MAKEFILE_OLD, "main.c": "int main(void) { return 0; }\n"})
-        proj = Project(tmp_path, f"""
-        dsx:
-          url: {up.url}
-          policy: branch
-          branch: main
-          commit: {old}
-          cadence: daily
-          license: MIT
-          mirrors: []
-        """, recipes={"dsx": RECIPE})
+        up, old, proj = dsx_project(tmp_path)
         outside = tmp_path / "secret-outside.cmake"
         outside.write_text("option(FROM_OUTSIDE \"read from outside the tree\" ON)\n")
         new = up.commit("hostile", {"Makefile": hostile_makefile(tmp_path, proj.root)})
@@ -158,18 +165,7 @@ def test_the_workflow_split_evaluate_without_token_then_deliver_from_the_report(
     (which fetches and runs nothing of upstream's); a report tampered with is refused in one line, nothing pushed."""
     api = FakeAPI()
     try:
-        up = Upstream(tmp_path / "antirez" / "dsx")
-        old = up.commit("old", {"Makefile": MAKEFILE_OLD, "main.c": "int main(void) { return 0; }\n"})
-        proj = Project(tmp_path, f"""
-        dsx:
-          url: {up.url}
-          policy: branch
-          branch: main
-          commit: {old}
-          cadence: daily
-          license: MIT
-          mirrors: []
-        """, recipes={"dsx": RECIPE})
+        up, old, proj = dsx_project(tmp_path)
         new = up.commit("upstream adds -fno-plt", {"Makefile": MAKEFILE_OLD.replace("-O2 -c", "-O2 -fno-plt -c")})
         out = tmp_path / "artifact"
         ev = _run(proj, api, "--report", str(out), token=None)
