@@ -14,7 +14,7 @@ from rich.table import Table
 
 from . import config, host
 from .errors import OnebitError
-from .plan import all_tools, make_plan
+from .plan import all_tools, make_plan, root_dirs
 from .plan_types import Plan, Step
 from .session import console, default_cache, layout_for, locked, parse_overrides, preflight, refuse
 
@@ -23,7 +23,7 @@ def _plan(args) -> tuple[config.Project, Plan]:
     project = config.load_project(args.root)
     lay = layout_for(args, args.bundle)
     facts = host.gather(all_tools(project, args.bundle), toolchains=lay.cache / "toolchains",
-                        roots={name: str(pin.dest(lay.cache)) for name, pin in project.roots.items()})
+                        roots=root_dirs(project, lay.cache))
     only = set(args.only) if getattr(args, "only", None) else None
     plan = make_plan(project, args.bundle, facts, lay, build_number=args.build_number, only=only,
                      overrides=parse_overrides(getattr(args, "set", None) or []))
@@ -79,6 +79,10 @@ def format_plan(plan: Plan, *, cached: Callable[[Step], bool] | None = None, ver
                 if cmd.cwd and cmd.cwd != cwd:
                     out.append(f"     cd {shlex.quote(cmd.cwd)}")
                     cwd = cmd.cwd
+                if cmd.clear:  # the host root's cleared environment: exactly what the command runs with, on its line
+                    pairs = " ".join(f"{k}={shlex.quote(v)}" for k, v in cmd.env)
+                    out.append(f"     env -i {pairs} {shlex.join(cmd.argv)}")
+                    continue
                 out += [f"     {line}" for line in env_lines(dict(cmd.env), shown, caller, cmd.unset)]
                 out.append(f"     {shlex.join(cmd.argv)}")
     return out

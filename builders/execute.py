@@ -223,7 +223,8 @@ class Executor:
 
     def do_crates(self, step: Step, progress, task) -> None:
         d: CratesData = step.data
-        how = companions.vendor_crates(Path(d.source), d.manifest, Path(d.dir), offline=self.offline, root=d.root)
+        how = companions.vendor_crates(Path(d.source), d.manifest, Path(d.dir), offline=self.offline,
+                                       root=d.root.dir if d.root else None)
         self.log(f"crates of {d.manifest}: {how}")
 
     def do_hf(self, step: Step, progress, task) -> None:
@@ -369,9 +370,8 @@ class Executor:
         text = manifest.dumps(doc)
         (nxt / "manifest.json").write_text(text)
         # what this build knew (toolchain versions, sources, dropped shader features) travels beside its bundle
-        facts = toolchain_record.probe(toolchain_record.tools_of(self.plan, self.project), self.layout.cache / "toolchains",
-                                       roots={s.data.name: s.data.dest for s in self.plan.steps if s.action == "root"})
-        record = toolchain_record.for_plan(self.plan, self.project, facts, lambda d: _notes(Path(d)))
+        # the facts that made the plan's keys, never a second probe
+        record = toolchain_record.for_plan(self.plan, self.project, self.plan.host.tools, lambda d: _notes(Path(d)))
         (nxt / toolchain_record.FILE).write_text(toolchain_record.dumps(record))
         bundle.write_metapackage(bundle=self.plan.bundle, version=self.plan.version, build_number=self.plan.build_number,
                                  platform=self.plan.platform, summary=step.data.summary, depends=self._meta_depends(),

@@ -5,7 +5,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +14,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from .config import Tool
+from .root import Root, build_root, parse_version
+from .root import host as host_root
 from .toolchain import ASSEMBLY
-
-_VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 
 
 @dataclass(frozen=True)
@@ -42,11 +41,7 @@ class HostFacts:
     python: str = sys.executable
     platform: str = "linux-64"
     home: str = str(Path.home())
-
-
-def parse_version(text: str) -> str | None:
-    m = _VERSION.search(text or "")
-    return m.group(1) if m else None
+    env: Mapping[str, str] = field(default_factory=dict)  # the host root's base environment (root.HOST_BASE of the caller's)
 
 
 def version_ok(version: str | None, spec: str | None) -> bool:
@@ -58,14 +53,6 @@ def version_ok(version: str | None, spec: str | None) -> bool:
         return Version(version) in SpecifierSet(spec)
     except (InvalidSpecifier, InvalidVersion):
         return False
-
-
-def _run_version(argv: list[str]) -> str | None:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_version(proc.stdout + "\n" + proc.stderr)
 
 
 def pinned_root(tool: Tool, toolchains: Path) -> Path:
@@ -94,20 +81,7 @@ ROOT_PREFIX = "/usr"  # `{tool:T:root}` of a tool found in a build root: Debian'
 ROOT_BIN = ("usr/bin", "usr/sbin")
 
 
-def _in_root_run(root_dir: Path, argv: list[str]) -> str | None:
-    """A tool's --version answer, asked inside the build root (its own loader and libraries)."""
-    from . import sandbox
-
-    if sandbox.why_unavailable() is not None:
-        return None
-    try:
-        proc = sandbox.run(sandbox.Sandbox(root=str(root_dir), timeout=30), argv)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_version(proc.stdout + "\n" + proc.stderr)
-
-
-def detect_in_root(tool: Tool, env: Mapping[str, str], root_dir: Path | None) -> ToolFact:
+def detect_in_root(tool: Tool, env: Mapping[str, str], root: Root) -> ToolFact:
     """A tool of a variant that builds inside a build root: its `env`, when set, overrides the root's copy with a
     toolkit of the host (found as detect_tool finds it, bound read-only into the root); otherwise it is looked up
     inside the root (`in_root`, or its name in /usr/bin and /usr/sbin) and asked its version there."""
@@ -116,23 +90,15 @@ def detect_in_root(tool: Tool, env: Mapping[str, str], root_dir: Path | None) ->
 
         fact = detect_tool(dataclasses.replace(tool, root=None, wheels=(), debs=()), env)
         return dataclasses.replace(fact, key=tool.key, override=tool.env)
-    inside = tool.in_root
-    assembled = root_dir is not None and (root_dir / ".complete").is_file()
+    assembled = bool(root.dir) and (Path(root.dir) / ".complete").is_file()
     if tool.pkgconfig:
         version = None
-        if assembled:
-            from . import sandbox
-
-            if sandbox.why_unavailable() is None:
-                proc = sandbox.run(sandbox.Sandbox(root=str(root_dir), timeout=30),
-                                   ["pkg-config", "--modversion", tool.pkgconfig])
-                version = parse_version(proc.stdout) if proc.returncode == 0 else None
+        if assembled and root.why_not is None:
+            proc = root.run(["pkg-config", "--modversion", tool.pkgconfig], timeout=30)
+            version = parse_version(proc.stdout) if proc.returncode == 0 else None
         return ToolFact(tool.key, f"pkg-config:{tool.pkgconfig}", version is not None, version, ROOT_PREFIX,
                         fetchable=not assembled)
-    if inside is None:
-        inside = f"/{ROOT_BIN[0]}/{tool.tool}"
-        if assembled:
-            inside = next((f"/{d}/{tool.tool}" for d in ROOT_BIN if (root_dir / d / tool.tool).is_file()), inside)
+    inside = tool.in_root or (assembled and root.which(tool.tool)) or f"/{ROOT_BIN[0]}/{tool.tool}"
     # `{tool:T:root}`: what in_root names, less the tool's `path` where it ends with it (the kernel headers' build
     # tree for in_root .../linux-headers-X/Makefile, path Makefile); else Debian's prefix
     prefix = ROOT_PREFIX
@@ -140,12 +106,12 @@ def detect_in_root(tool: Tool, env: Mapping[str, str], root_dir: Path | None) ->
         prefix = inside[: -len(tool.path.strip("/")) - 1]
     if not assembled:
         return ToolFact(tool.key, inside, False, None, prefix, fetchable=True)
-    host_path = root_dir / inside.lstrip("/")
+    host_path = root.host_path(inside)
     found = host_path.is_file()
     version = None
-    if found and tool.version and os.access(host_path, os.X_OK):
-        version = _in_root_run(root_dir, [inside, "--version"]) or _in_root_run(root_dir, [inside, "version"])
-    elif found and tool.version and host_path.suffix == ".h":
+    if found and os.access(host_path, os.X_OK):
+        version = root.version(inside)
+    elif found and host_path.suffix == ".h":
         version = header_version(host_path.name, host_path.read_text(errors="replace")[:400_000])
     return ToolFact(tool.key, inside, found, version, prefix)
 
@@ -154,10 +120,12 @@ def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = No
                 roots: Mapping[str, str] | None = None) -> ToolFact:
     if tool.root and not (tool.wheels or tool.debs):  # a pinned input (the Vulkan SDK) stays one, bound into the root
         where = (roots or {}).get(tool.root)
-        return detect_in_root(tool, env, Path(where) if where else None)
+        return detect_in_root(tool, env, build_root(tool.root, where) if where else Root(name=tool.root, dir=""))
     if tool.pkgconfig:
-        pc = shutil.which("pkg-config")
-        version = _run_version([pc, "--modversion", tool.pkgconfig]) if pc else None
+        here = host_root(env, net_cut=())
+        pc = here.which("pkg-config")
+        proc = here.run([pc, "--modversion", tool.pkgconfig], timeout=20) if pc else None
+        version = parse_version(proc.stdout) if proc is not None and proc.returncode == 0 else None
         return ToolFact(tool.key, f"pkg-config:{tool.pkgconfig}", version is not None, version)
     if tool.env or tool.path:
         root = env.get(tool.env, "") if tool.env else ""
@@ -169,9 +137,9 @@ def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = No
         found = exe.is_file()  # a program, or a marker file such as the kernel headers' Makefile
         runnable = found and os.access(exe, os.X_OK)
         version = None
-        if found and tool.version:
+        if found:
             if runnable:  # zig has no --version: `zig version` is asked when --version says nothing
-                version = _run_version([str(exe), "--version"]) or _run_version([str(exe), "version"])
+                version = host_root(env, net_cut=()).version(str(exe))
             elif exe.suffix == ".h":
                 version = header_version(exe.name, exe.read_text(errors="replace")[:400_000])
         return ToolFact(tool.key, str(exe), found, version, root, override=override,
@@ -180,40 +148,22 @@ def detect_tool(tool: Tool, env: Mapping[str, str], toolchains: Path | None = No
     if path is None:
         return ToolFact(tool.key, tool.tool, False)
     # zig has no --version: `zig version` (and go, ...) is asked only when --version says nothing
-    version = (_run_version([path, "--version"]) or _run_version([path, "version"])) if tool.version else None
-    return ToolFact(tool.key, path, True, version)
-
-
-def probe_net_cut() -> tuple[str, ...]:
-    """The argv prefix that runs a command in a new, empty network namespace, or () where the host forbids it."""
-    exe = shutil.which("unshare")
-    if not exe:
-        return ()
-    candidates = [("unshare", "--net", "--"), ("unshare", "--net", "--map-root-user", "--")]
-    for prefix in candidates:
-        try:
-            proc = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if proc.returncode == 0:
-            return prefix
-    return ()
+    return ToolFact(tool.key, path, True, host_root(env, net_cut=()).version(path))
 
 
 def gather(tools: Iterable[Tool], env: Mapping[str, str] | None = None, *, toolchains: Path | None = None,
            roots: Mapping[str, str] | None = None) -> HostFacts:
     """toolchains: the cache folder where the toolchain step assembles wheel toolchain inputs; roots: each build
     root's assembled directory (asked only when a tool lives in one, and then whether this host can enter it)."""
+    from . import sandbox
+
     env = dict(os.environ if env is None else env)
     facts: dict[str, ToolFact] = {}
     tools = list(tools)
     for tool in tools:
         if tool.key not in facts:
             facts[tool.key] = detect_tool(tool, env, toolchains, roots)
-    why = None
-    if any(t.root for t in tools):
-        from . import sandbox
-
-        why = sandbox.why_unavailable()
-    return HostFacts(tools=facts, net_cut=probe_net_cut(), jobs=os.cpu_count() or 2, python=sys.executable,
-                     sandbox=why, roots=dict(roots or {}))
+    why = sandbox.why_unavailable() if any(t.root for t in tools) else None
+    base = host_root(env)
+    return HostFacts(tools=facts, net_cut=base.net_cut, jobs=os.cpu_count() or 2, python=sys.executable,
+                     sandbox=why, roots=dict(roots or {}), env=dict(base.base), home=base.base["HOME"])

@@ -11,7 +11,7 @@ new enough) and the variant's build kind in kinds/ (its commands and flags); the
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -20,6 +20,7 @@ from .config import MIRRORS_ENV, PLACEHOLDER, Bundle, Pin, Project, Recipe, Tool
 from .errors import OnebitError
 from .host import HostFacts, ToolFact, version_ok, pinned_root
 from .kinds import KINDS, KindContext, flags
+from .root import Root, build_root
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, CratesData, ExtraSource, FetchData, HfData,
                          Layout, PackageData, Plan, RecipeTest, RootData, RuntimeData, SourceData, StageData, Step,
                          SubmodulesData, ToolchainData, WheelsData, digest)
@@ -241,22 +242,21 @@ def plan_source(project: Project, variant: Variant, layout: Layout, steps: dict[
     return Source(key=key, dir=str(src), commit=pin.commit, short=pin.short, pin=pin, name=pin.name, step_id=step_id)
 
 
-def plan_crates(layout: Layout, recipe: Recipe, source: Source, root: tuple[str, str] | None = None) -> Step:
+def plan_crates(layout: Layout, recipe: Recipe, source: Source, root: Root | None = None) -> Step:
     """`cargo vendor` of the checkout's Cargo.toml, cached by source: {crates}. It runs in the sandbox, with the cargo
-    of the variant's build root when it has one (`root`: the root step's id and the assembled root's directory)."""
+    of the variant's build root when it has one (`root`; None: the host's)."""
     manifest = recipe.source["crates"]["manifest"]
     key = digest("crates", source.key, manifest)
     dest = layout.cache / "crates" / key[:16]
-    where = f"in build root {root[0].removeprefix('root:')}'s sandbox" if root else "in the sandbox"
+    where = f"in build root {root.name}'s sandbox" if root else "in the sandbox"
     return Step(id=f"fetch:crates:{recipe.name}", action="crates",
                 title=f"cargo vendor the crates of {manifest} for {recipe.name} {where}, network on "
                       "(cached by source, offline afterwards)",
                 key=key,
                 commands=(Command(("cargo", "vendor", "--locked", "--versioned-dirs", "--manifest-path",
                                    f"{source.dir}/{manifest}", f"{dest}/vendor")),),
-                needs=(*((source.step_id,) if source.step_id else ()), *((root[0],) if root else ())),
-                data=CratesData(source=source.dir, manifest=manifest, dir=str(dest), where=str(recipe.path),
-                                root=root[1] if root else None))
+                needs=(*((source.step_id,) if source.step_id else ()), *((root_step_id(root.name),) if root else ())),
+                data=CratesData(source=source.dir, manifest=manifest, dir=str(dest), where=str(recipe.path), root=root))
 
 
 def plan_hf(layout: Layout, pin: Pin) -> Step:
@@ -284,7 +284,7 @@ def hf_unresolved(pin: Pin) -> str | None:
     return f"no sha256 for {', '.join(missing)}" if missing else None
 
 
-def plan_companions(variant: Variant, source: Source, layout: Layout, root: tuple[str, str] | None = None) -> list[Step]:
+def plan_companions(variant: Variant, source: Source, layout: Layout, root: Root | None = None) -> list[Step]:
     """Crates vendored from the checkout and the pin's Hugging Face files, when the recipe asks for them."""
     recipe = variant.recipe
     if source.pin is None:
@@ -319,9 +319,26 @@ def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[St
     return out
 
 
-def root_dir(project: Project, host: HostFacts, layout: Layout, name: str) -> str:
-    """Where build root `name` is assembled: the one the host was given, else its content address in the cache."""
-    return host.roots.get(name) or str(project.roots[name].dest(layout.cache))
+def root_step_id(name: str) -> str:
+    return f"root:{name}"
+
+
+def root_dirs(project: Project, cache: Path) -> dict[str, str]:
+    """Where each build root is assembled: its content address in the cache (what the host facts are gathered with)."""
+    return {name: str(pin.dest(cache)) for name, pin in project.roots.items()}
+
+
+def root_of(project: Project, host: HostFacts, layout: Layout, name: str | None) -> Root:
+    """The Root a variant with build root `name` runs in (None: the host, the trivial root): assembled where the
+    host facts say, else at its content address in the cache."""
+    if not name:
+        return host_root(host)
+    directory = host.roots.get(name) or root_dirs(project, layout.cache)[name]
+    return build_root(name, directory, project.roots[name].key, why_not=host.sandbox)
+
+
+def host_root(host: HostFacts) -> Root:
+    return Root(base=dict(host.env), net_cut=tuple(host.net_cut))
 
 
 def plan_root(project: Project, variant: Variant, host: HostFacts, layout: Layout) -> list[Step]:
@@ -331,8 +348,8 @@ def plan_root(project: Project, variant: Variant, host: HostFacts, layout: Layou
     if not name:
         return []
     pin = project.roots[name]
-    dest = root_dir(project, host, layout, name)
-    return [Step(id=f"root:{name}", action="root",
+    dest = root_of(project, host, layout, name).dir
+    return [Step(id=root_step_id(name), action="root",
                  title=f"fetch {len(pin.resolved)} Debian package(s) ({pin.download_size / 2**20:.0f} MiB, sha256-checked) "
                        f"and assemble build root {name}",
                  key=digest("root", pin.key),
@@ -361,27 +378,14 @@ def plan_wheels(recipe: Recipe, host: HostFacts, layout: Layout) -> list[Step]:
 
 
 @dataclass(frozen=True)
-class RootUse:
-    """How a variant's commands enter its build root: the root, what is bound read-only and read-write."""
+class Binds:
+    """What a variant's commands see of the host inside its build root (the host root sees everything): the source
+    (and the git objects its worktree points at), companions, wheels and override toolkits read-only; the build dir
+    and the compiler cache read-write; what must exist before bwrap binds it."""
 
-    name: str
-    dir: str  # the assembled root in the cache
-    key: str
-    ro: tuple[str, ...]  # the source (and the git objects its worktree points at), companions, wheels, override toolkits
-    rw: tuple[str, ...]  # the build dir, the compiler cache
-    mkdirs: tuple[str, ...]  # what must exist before bwrap binds it
-
-    def enter(self, commands: Sequence[Command], *, rw: Sequence[str] = ()) -> tuple[Command, ...]:
-        """Pure: each command as run inside the root: bwrap's argv around it, with the command's environment (and
-        PATH folders) as the whole environment inside."""
-        from .roots import enter
-
-        out = []
-        for c in commands:
-            argv = enter(c.argv, root_dir=self.dir, env=dict(c.env), cwd=c.cwd, ro=self.ro, rw=(*self.rw, *rw),
-                         path=c.path)
-            out.append(Command(argv=argv, cwd=c.cwd, mkdirs=self.mkdirs, inside=c))
-        return tuple(out)
+    ro: tuple[str, ...] = ()
+    rw: tuple[str, ...] = ()
+    mkdirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -405,7 +409,8 @@ class VariantInputs:
     version: str
     patches: tuple[str, ...]
     path: tuple[str, ...] = ()  # toolchain folders put first on PATH for the build's and the install's commands
-    root: RootUse | None = None  # the build root the commands run inside
+    root: Root = field(default_factory=Root)  # where the commands run: the host, or the variant's build root
+    binds: Binds = field(default_factory=Binds)  # what of the host a build root shows them
 
     @property
     def build_dir(self) -> Path:
@@ -445,9 +450,9 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
     launcher = host.tools.get(f"ccache[{variant.build_root}]" if variant.build_root else "ccache")
     ccache = launcher is not None and launcher.found
     extra_env = {"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if ccache else {}
-    root_use = None
-    if variant.build_root:
-        pin = project.roots[variant.build_root]
+    root = root_of(project, host, layout, variant.build_root)
+    binds = Binds()
+    if not root.is_host:
         ccache_dir = str(layout.cache / "ccache")
         if ccache:
             extra_env["CCACHE_DIR"] = ccache_dir  # the sandbox's HOME is private: one compiler cache in the cache dir
@@ -461,18 +466,14 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
         # a toolkit an override gave (TheRock), or a pinned toolchain input assembled in the cache (the Vulkan SDK)
         ro += sorted({f.root for t in variant.toolchain if (f := host.tools.get(t.key)) is not None and f.root
                       and (f.override or t.wheels or t.debs)})
-        root_use = RootUse(name=variant.build_root, dir=root_dir(project, host, layout, variant.build_root),
-                           key=pin.key, ro=tuple(dict.fromkeys(ro)),
-                           rw=(str(build_dir), *([ccache_dir] if ccache else [])),
-                           mkdirs=(str(build_dir), *([ccache_dir] if ccache else [])))
+        binds = Binds(ro=tuple(dict.fromkeys(ro)), rw=(str(build_dir), *([ccache_dir] if ccache else [])),
+                      mkdirs=(str(build_dir), *([ccache_dir] if ccache else [])))
     ctx = KindContext(
         source=source.dir, build=str(build_dir), destdir=str(layout.stage_tmp(variant.id)), prefix=install_prefix,
         # where this variant's files land: its subtree of the staged prefix (kinds that copy their own install tree)
         staged_prefix=str(layout.staged_prefix(variant.id, tmp=True)) + (f"/{variant.root}" if variant.root else ""),
         build_prefix=str(build_dir / "_prefix"), jobs=host.jobs, build_type=variant.build_type, options=options,
         env=env, targets=variant.targets, commands=commands, launcher=launcher.path if ccache else None,
-        # inside a build root the sandbox cuts the network itself
-        net_cut=host.net_cut if variant.network == "none" and not variant.build_root else (),
         # ccache: paths relative to the work dir, so a fresh work dir (CI, tests) still hits the cache
         extra_env=extra_env,
         # no work, cache or $HOME path in what ships (and the same bytes from any work dir and any ccache history)
@@ -483,7 +484,8 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
                          env=env, commands=commands, ctx=ctx, install_prefix=install_prefix, companions=tuple(companions),
                          wheels_key=wkey if recipe.source.get("wheels") else None, overrides=overrides,
                          build_number=build_number, version=version,
-                         patches=tuple(p.file for p in recipe.patches(project.root)), path=path, root=root_use)
+                         patches=tuple(p.file for p in recipe.patches(project.root)), path=path, root=root,
+                         binds=binds)
 
 
 def on_path(commands: Sequence[Command], path: Sequence[str]) -> tuple[Command, ...]:
@@ -499,16 +501,18 @@ def plan_build(v: VariantInputs, needs: Sequence[str]) -> Step:
     key = digest("build", BUILDER_VERSION, flags.PREFIX_MAPS, v.source.key, variant.kind, v.options, variant.targets,
                  v.env, v.commands, variant.build_type, toolchain, v.wheels_key, v.install_prefix,
                  *[c.key for c in v.companions], *([v.path] if v.path else []),
-                 *([("root", v.root.name, v.root.key)] if v.root else []),
+                 *([("root", v.root.name, v.root.key)] if not v.root.is_host else []),
                  *([v.toolchain_overrides] if v.toolchain_overrides else []))
     commands = on_path(KINDS[variant.kind].build(v.ctx), v.path)
-    where = f", in build root {v.root.name}, network cut" if v.root else (", network cut" if v.ctx.net_cut else "")
+    net = variant.network != "none"
+    where = ("" if v.root.is_host else f", in {v.root.describe()}") + (", network cut" if not net and v.root.cuts_network else "")
     return Step(id=f"build:{variant.id}", action="build",
                 title=f"build {variant.id} ({variant.kind}{where})", key=key,
-                commands=v.root.enter(commands) if v.root else commands, needs=tuple(needs),
+                commands=v.root.wrap_all(commands, ro=v.binds.ro, rw=v.binds.rw, mkdirs=v.binds.mkdirs, net=net),
+                needs=tuple(needs),
                 data=BuildData(variant=variant.id, kind=variant.kind, build_dir=str(v.build_dir), source_dir=v.source.dir,
                                fresh_dir=variant.kind == "script", where=str(variant.recipe.path),
-                               network_isolated=variant.network != "none" or bool(v.host.net_cut) or bool(v.root),
+                               network_isolated=net or v.root.cuts_network,
                                flags=digest(v.ctx.maps)))
 
 
@@ -525,9 +529,9 @@ def manifest_entry(v: VariantInputs) -> dict | None:
         "source": {"pin": source.pin.name, "url": source.pin.url, "commit": source.commit,
                    "patches": list(v.patches)} if source.pin else None,
         "features": list(variant.features), "overrides": dict(v.overrides) or None,
-        "build_network": "not isolated" if variant.network == "none" and not v.host.net_cut and not v.root else None,
+        "build_network": "not isolated" if variant.network == "none" and not v.root.cuts_network else None,
         "toolchain_overrides": v.toolchain_overrides or None,
-        "build_root": {"name": v.root.name, "key": v.root.key[:16]} if v.root else None,
+        "build_root": {"name": v.root.name, "key": v.root.key[:16]} if not v.root.is_host else None,
     }
     if variant.provides_env:
         entry["env"] = dict(variant.provides_env)
@@ -554,10 +558,11 @@ def toolchain_roots(v: VariantInputs) -> tuple[str, ...]:
 
 
 def _install_commands(v: VariantInputs) -> tuple[Command, ...]:
-    """The build system's install into the DESTDIR; inside the build root when the variant has one (the DESTDIR,
-    which the stage step makes fresh before it runs them, bound read-write)."""
+    """The build system's install into the DESTDIR, where the build ran (the DESTDIR, which the stage step makes fresh
+    before it runs them, bound read-write into a build root)."""
     commands = on_path(KINDS[v.variant.kind].install(v.ctx), v.path)
-    return v.root.enter(commands, rw=(str(v.layout.stage_tmp(v.variant.id)),)) if v.root else commands
+    return v.root.wrap_all(commands, ro=v.binds.ro, rw=(*v.binds.rw, str(v.layout.stage_tmp(v.variant.id))),
+                           mkdirs=v.binds.mkdirs)
 
 
 def plan_stage(v: VariantInputs, build: Step) -> Step:
@@ -584,7 +589,7 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
                                manifest_entry=entry, build_dir=str(v.build_dir), home=v.host.home, tests=tests,
                                test_values={"commit": v.source.commit or "", "commit7": v.source.short},
                                where=str(variant.recipe.path), runtime=runtime, strip=variant.strip,
-                               toolchains=toolchain_roots(v), build_root=v.root.dir if v.root else None,
+                               toolchains=toolchain_roots(v), build_root=v.root,
                                offload_targets=variant.offload_targets))
 
 
@@ -639,7 +644,7 @@ def variant_steps(project: Project, variant: Variant, host: HostFacts, layout: L
     source = plan_source(project, variant, layout, steps)
     # the build root first: the crates step runs its cargo
     root_steps = [_add(steps, s) for s in plan_root(project, variant, host, layout)]
-    root = (root_steps[0].id, root_steps[0].data.dest) if root_steps else None
+    root = root_of(project, host, layout, variant.build_root) if root_steps else None
     companions = [_add(steps, s) for s in plan_companions(variant, source, layout, root)]
     inputs = root_steps + [_add(steps, s) for s in plan_toolchain(variant, host, layout)
                            + plan_wheels(variant.recipe, host, layout)]
@@ -687,7 +692,8 @@ def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layou
     if problems:
         raise OnebitError(f"bundle {bundle.name!r}: two packages would install the same path:\n    " + "\n    ".join(problems),
                           where=str(bundle.path), hint="give each backend variant its own stage.root (libexec/onebit/{variant})")
-    plan = Plan(bundle=bundle.name, version=version, build_number=bn, platform=bundle.platform, layout=layout, steps=[])
+    plan = Plan(bundle=bundle.name, version=version, build_number=bn, platform=bundle.platform, layout=layout, steps=[],
+                host=host)
     steps: dict[str, Step] = {}
     packages: list[Step] = []
     for variant in variants:

@@ -25,18 +25,22 @@ class Command:
     unset: tuple[str, ...] = ()  # removed from the caller's environment (a make build inherits no CFLAGS)
     path: tuple[str, ...] = ()  # folders put before the caller's PATH (toolchain roots' bin/: zig, glslc)
     mkdirs: tuple[str, ...] = ()  # directories the executor makes before running it (a build root's bind sources)
-    inside: "Command | None" = None  # a command run in a build root: itself without bwrap (argv, cwd, env inside)
+    inside: "Command | None" = None  # the command as its root runs it: itself without the wrapping (builders/root.py)
+    clear: bool = False  # env is the whole environment: nothing of the caller's is inherited (a wrapped host command)
 
     def shell(self) -> str:
         pairs = [f"{k}={shlex.quote(v)}" for k, v in self.env]
-        if self.path:
+        if self.path and not self.clear:  # a cleared environment's PATH holds them already
             pairs.append(f"PATH={shlex.quote(':'.join(self.path))}:\"$PATH\"")
-        env = " ".join([f"-u {k}" for k in self.unset] + pairs)
+        env = " ".join(([] if self.clear else [f"-u {k}" for k in self.unset]) + pairs)
         cd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
-        return f"{cd}{('env ' if self.unset else '') + env + ' ' if env else ''}{shlex.join(self.argv)}"
+        lead = "env -i " if self.clear else ("env " if self.unset else "")
+        return f"{cd}{lead + env + ' ' if env else ''}{shlex.join(self.argv)}"
 
     def environ(self, caller: Mapping[str, str]) -> dict[str, str]:
-        """The environment this command runs with, given the caller's."""
+        """The environment this command runs with, given the caller's (not read at all when `clear`)."""
+        if self.clear:
+            return dict(self.env)
         env = {**{k: v for k, v in caller.items() if k not in self.unset}, **dict(self.env)}
         if self.path:
             env["PATH"] = ":".join([*self.path, *([env["PATH"]] if env.get("PATH") else [])])
@@ -54,6 +58,8 @@ class Command:
             out["path"] = list(self.path)
         if self.mkdirs:
             out["mkdirs"] = list(self.mkdirs)
+        if self.clear:
+            out["clear_env"] = True
         return out
 
 
@@ -118,7 +124,7 @@ class CratesData:
     manifest: str
     dir: str
     where: str
-    root: str | None = None  # the assembled build root whose cargo vendors (None: the host's /usr)
+    root: Any = None  # the build Root whose cargo vendors (builders/root.py); None: the host's /usr
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,7 @@ class StageData:
     runtime: tuple[RuntimeData, ...] = ()  # copied into root/lib after relocation, with their license files
     strip: str | None = None  # "debug": the debug sections of every shipped ELF file are stripped
     toolchains: tuple[str, ...] = ()  # the variant's toolchain roots: an RPATH into one is dropped (link-time only)
-    build_root: str | None = None  # the assembled build root the variant was built in: its tests run inside it too
+    build_root: Any = None  # the Root (builders/root.py) the variant was built in: its tests and probes run there too
     offload_targets: tuple[str, ...] = ()  # every shipped HIP file carries exactly these GPU targets (builders/offload.py)
 
 
@@ -312,6 +318,7 @@ class Plan:
     missing: list[str] = field(default_factory=list)  # toolchains that are absent, one line each
     # of those, the ones the fetch step provides (pinned wheels or Debian packages not yet in the cache)
     fetchable: list[str] = field(default_factory=list)
+    host: Any = None  # the HostFacts the plan was made from: toolchain.json records these, never a second probe
 
     def only_fetchable_missing(self) -> bool:
         """Whether everything missing is a pinned toolchain input: fetch it first, then plan again."""

@@ -12,8 +12,7 @@ timestamp at which Debian's snapshot archive still serves a pool path the archiv
   maintainer scripts never run; what of their work a build needs is done here: the usr-merge top-level links, a
   passwd/group with root and nobody, the alternatives a compile needs (ALTERNATIVES), and ld.so.cache from the root's
   own ldconfig run inside the root. `onebit-root.json` records every package, the root's glibc and the assembly.
-- `enter` turns a build command into the same command run inside the root (builders.sandbox, bubblewrap): the source
-  read-only, the build dir, DESTDIR and the compiler cache read-write, the network cut, a cleared environment.
+- Entering it is builders/root.py's job (one `Root` value for the host and every build root).
 """
 from __future__ import annotations
 
@@ -49,7 +48,6 @@ ALTERNATIVES: dict[str, tuple[str, ...]] = {
     "usr/bin/pager": ("usr/bin/less", "usr/bin/more"),
     "usr/bin/rename": ("usr/bin/file-rename",),
 }
-PATH_INSIDE = "/usr/local/bin:/usr/bin:/usr/sbin"
 PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
 
@@ -283,16 +281,3 @@ def metadata(dest: Path) -> dict | None:
         return json.loads((Path(dest) / METADATA).read_text())
     except (OSError, ValueError):
         return None
-
-
-# ---- entering the root ------------------------------------------------------------------------------------------------
-def enter(argv: Sequence[str], *, root_dir: str, env: Mapping[str, str], cwd: str | None, ro: Sequence[str],
-          rw: Sequence[str], path: Sequence[str] = ()) -> tuple[str, ...]:
-    """Pure: `argv` as run inside the root: bwrap's command line, with the environment exactly `env` (PATH the root's
-    own, behind `path`), the network cut, `ro` and `rw` bound at their own paths."""
-    from . import sandbox
-
-    full = {"PATH": ":".join([*path, PATH_INSIDE]), "LANG": "C.UTF-8", **env}
-    sb = sandbox.Sandbox(env=full, cwd=cwd, root=root_dir, ro=tuple(dict.fromkeys(ro)), rw=tuple(dict.fromkeys(rw)),
-                         network=False)
-    return tuple(sandbox.argv(sb, argv, links=TOP_LINKS))

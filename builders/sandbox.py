@@ -187,3 +187,20 @@ def run(sb: Sandbox, command: Sequence[str], *, input: str | None = None) -> sub
         proc.communicate()
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def probe_net_cut() -> tuple[str, ...]:
+    """The argv prefix that runs a host command in a new, empty network namespace (the host root's network cut,
+    builders/root.py), or () where the host forbids it: as root, `unshare --net`; elsewhere with the caller mapped to
+    root of its own user namespace."""
+    exe = shutil.which("unshare")
+    if not exe:
+        return ()
+    for prefix in (("unshare", "--net", "--"), ("unshare", "--net", "--map-root-user", "--")):
+        try:
+            proc = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if proc.returncode == 0:
+            return prefix
+    return ()

@@ -20,6 +20,7 @@ from .elf import is_elf
 from .errors import StageError
 from .plan_types import StageData
 from .repro import builder_python_env, drop_bytecode, scan_tree
+from .root import Root
 from .swap import replace_dir
 
 
@@ -150,16 +151,17 @@ OFFLOAD_NOTES = ".onebit-offload.json"  # in the build dir, beside the build's n
 LLVM_PATH = ("/usr/lib/llvm-22/bin",)  # where Debian's clang-22 keeps clang-offload-bundler, inside the root
 
 
-def offload_runner(build_root: str | None) -> offload.Runner:
-    """Runs the offload listing with the build root's own LLVM tools (Debian's clang-22 keeps clang-offload-bundler
-    in /usr/lib/llvm-22/bin), entered as the build step enters it (no network, the files bound read-only); on the
-    host's tools where the variant has no build root."""
-    def run(argv, visible: Path) -> subprocess.CompletedProcess:
-        if build_root is not None:
-            from .roots import enter
+def _root(data: StageData) -> Root:
+    """Where the variant was built: its tests, probes and offload listing run there (the host when unset)."""
+    return data.build_root or Root()
 
-            argv = enter(argv, root_dir=build_root, env={}, cwd=None, ro=(str(visible),), rw=(), path=LLVM_PATH)
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=600)
+
+def offload_runner(root: Root) -> offload.Runner:
+    """Runs the offload listing where the variant was built (builders/root.py): a build root's own LLVM tools
+    (Debian's clang-22 keeps clang-offload-bundler in /usr/lib/llvm-22/bin), no network, the files bound read-only;
+    the host's tools on the host."""
+    def run(argv, visible: Path) -> subprocess.CompletedProcess:
+        return root.run(argv, ro=(str(visible),), path=() if root.is_host else LLVM_PATH, timeout=600)
     return run
 
 
@@ -168,14 +170,14 @@ def check_offload(data: StageData, base: Path, work: Path, log: Callable[[str], 
     found are written beside the build's notes, so the manifest and toolchain.json record them."""
     if not data.offload_targets:
         return []
-    where = "its build root" if data.build_root else "this host"
-    if data.build_root is None and shutil.which(offload.BUNDLER) is None:
+    where = _root(data).describe()
+    if _root(data).is_host and _root(data).which(offload.BUNDLER) is None:
         raise StageError(f"{data.variant} declares offload targets {', '.join(data.offload_targets)} but "
                          f"{offload.BUNDLER} is not on this host's PATH", where=data.where,
                          hint="build the variant in its build root (its clang provides the bundler)")
     work.mkdir(parents=True, exist_ok=True)
     try:
-        files = offload.check_tree(base, data.offload_targets, offload_runner(data.build_root), scratch_parent=work)
+        files = offload.check_tree(base, data.offload_targets, offload_runner(_root(data)), scratch_parent=work)
     except offload.OffloadError as exc:
         raise StageError(f"{data.variant}: offload check failed: {exc}", where=data.where,
                          hint="the build's --offload-arch / GPU_TARGETS must be exactly stage.offload_targets") from None
@@ -213,7 +215,7 @@ def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) 
     for test in data.tests:
         if test.needs:
             if seen is None:
-                seen = visible_devices(base, data)
+                seen = visible_devices(base, data, log)
             missing = needed_devices(test.needs, data) - set(seen)
             if missing:
                 log(f"[yellow]skip[/] test '{test.name}' of {data.variant}: needs {test.needs}; "
@@ -221,13 +223,8 @@ def run_recipe_tests(data: StageData, prefix: Path, log: Callable[[str], None]) 
                 continue
             log(f"test '{test.name}' of {data.variant} needs {test.needs}: {', '.join(sorted(seen))} present, running it")
         argv = [str(base / test.run[0])] + [a.format(**data.test_values) for a in test.run[1:]]
-        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-        if data.build_root:  # built against the root's libraries: run where they are, the staged tree read-only
-            from .roots import enter
-
-            argv = list(enter(argv, root_dir=data.build_root, env={}, cwd=str(prefix), ro=(str(prefix),), rw=()))
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, cwd=prefix, timeout=test.timeout, env=env)
+        try:  # where it was built (a build root: against the root's libraries, the staged tree read-only)
+            proc = _root(data).run(argv, cwd=str(prefix), ro=(str(prefix),), timeout=test.timeout, inherit=True)
         except subprocess.TimeoutExpired:
             raise StageError(f"recipe test '{test.name}' of {data.variant} did not finish in {test.timeout} s: "
                              f"{' '.join(test.run)}", where=data.where,
@@ -260,16 +257,22 @@ def needed_devices(needs: str, data: StageData) -> set[str]:
     return claimed if needs == "gpu" else {needs}
 
 
-def visible_devices(base: Path, data: StageData) -> list[str]:
-    """Ask the variant's own server which devices it sees; [] where it has no llama-server or cannot run."""
+def visible_devices(base: Path, data: StageData, log: Callable[[str], None] = lambda _: None) -> list[str]:
+    """Ask the variant's own server which devices it sees, where it was built (the root it can load in); [] where it
+    has no llama-server, and a log line saying why where it cannot run."""
     rel = data.binaries.get("llama-server")
     if rel is None:
         return []
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     try:
-        proc = subprocess.run([str(base / rel), "--list-devices"], capture_output=True, text=True, timeout=120, env=env)
-    except (OSError, subprocess.TimeoutExpired):
+        proc = _root(data).run([str(base / rel), "--list-devices"], ro=(str(base),), timeout=120, inherit=True)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log(f"[yellow]{data.variant}[/]: llama-server --list-devices could not run in {_root(data).describe()}: "
+            f"{getattr(exc, 'strerror', None) or 'no answer in 120 s'}")
         return []
+    if proc.returncode != 0 and not list_devices(proc.stdout + proc.stderr):
+        why = ((proc.stderr or proc.stdout).strip().splitlines() or ["no message"])[-1]
+        log(f"[yellow]{data.variant}[/]: llama-server --list-devices exited {proc.returncode} in "
+            f"{_root(data).describe()}: {why[:300]}")
     return parse_list_devices(proc.stdout + proc.stderr)
 
 

@@ -10,32 +10,18 @@ the SBOM's tool list and the notes from these files, never from the machine that
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import subprocess
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from . import gitcmd
 from .config import Project, Tool
-from .host import ToolFact, detect_tool
+from .host import ToolFact
 from .plan_types import Plan
 
 FILE = "toolchain.json"
 SCHEMA = 1
-
-
-def probe(tools: Iterable[Tool], toolchains: Path | None, env: Mapping[str, str] | None = None,
-          roots: Mapping[str, str] | None = None) -> dict[str, ToolFact]:
-    """Each tool as this host (or its build root: `roots`, name -> assembled dir) has it, asked for its version even
-    where the recipe states no minimum (the plan only asks when it must compare)."""
-    env = dict(os.environ if env is None else env)
-    out: dict[str, ToolFact] = {}
-    for tool in tools:
-        if tool.key not in out:
-            out[tool.key] = detect_tool(dataclasses.replace(tool, version=tool.version or ">=0"), env, toolchains, roots)
-    return out
 
 
 def variant_record(variant, facts: Mapping[str, ToolFact], *, package: str, build_string: str,
@@ -99,7 +85,7 @@ def for_plan(plan: Plan, project: Project, facts: Mapping[str, ToolFact], notes_
             pin=source.data.pin if source else None, commit=source.data.commit if source else None,
             overrides=entry.get("overrides") or {}, notes=notes_of(build.data.build_dir),
             toolchain_overrides=_toolchain_overrides(variant, facts),
-            build_root=_build_root(project, variant, stage.data.build_root))
+            build_root=_build_root(project, variant, getattr(stage.data.build_root, "dir", None)))
     return {"schema": SCHEMA, "bundle": plan.bundle, "version": plan.version, "build_number": plan.build_number,
             "platform": plan.platform, "project": commit_of(Path(project.root)), "variants": variants}
 

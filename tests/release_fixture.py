@@ -374,7 +374,13 @@ def shim_versions() -> str:
     return json.dumps(VERSIONS)
 
 
+# The shims' settings, kept by the host root for its build commands (builders/root.py: a build's environment is
+# declared, nothing else of the caller's reaches it)
+SHIM_PASS_ENV = {"ONEBIT_PASS_ENV": "ONEBIT_SHIM_LOG ONEBIT_SHIM_ENV ONEBIT_SHIM_VERSIONS ONEBIT_SHIM_COMMIT ONEBIT_SHIM_DEVICES"}
+
+
 def clean_env() -> dict[str, str]:
-    """The environment every replayed job starts from: this process's, without what a runner would not have."""
+    """The environment every replayed job starts from: this process's, without what a runner would not have, plus
+    the shims' settings passed to the build commands."""
     drop = ("ONEBIT_", "CUDA_HOME", "XILINX_XRT", "GITHUB_", "RUNNER_", "CCACHE_", "CMAKE_", "VIRTUAL_ENV", "PYTEST_")
-    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(drop)}, **SHIM_PASS_ENV}

@@ -9,10 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders import sandbox
-
 ROOT_ENV = "ONEBIT_TEST_STRIX_ROOT"
-LLVM_PATH = "/usr/lib/llvm-22/bin:/usr/bin:/bin"
+LLVM_PATH = ("/usr/lib/llvm-22/bin", "/usr/bin", "/bin")
 BITCODE = "/usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode"  # rocm-device-libs-22's bitcode: HIP_DEVICE_LIB_PATH
 
 
@@ -20,15 +18,22 @@ BITCODE = "/usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode"  # rocm-device-libs-22'
 class Root:
     path: Path
 
+    @property
+    def root(self) -> "builders.root.Root":  # noqa: F821
+        """The project's own value for this build root (builders/root.py): what the build, the stage and the offload
+        check enter it with."""
+        from builders.root import build_root
+
+        return build_root(NAME, str(self.path))
+
     def run(self, argv: Sequence[str], *, cwd: Path, rw: Sequence[Path] = (), ro: Sequence[Path] = (),
             env: Mapping[str, str] | None = None, timeout: float = 3600, log: Path | None = None
             ) -> tuple[subprocess.CompletedProcess, float]:
-        """argv in the root (no network), cwd and rw bound read-write; (the result, wall seconds)."""
-        full = {"PATH": LLVM_PATH, "LANG": "C.UTF-8", **(env or {})}
-        sb = sandbox.Sandbox(env=full, cwd=str(cwd), root=str(self.path), rw=tuple(str(p) for p in (cwd, *rw)),
-                             ro=tuple(str(p) for p in ro), timeout=timeout)
+        """argv in the root (no network), cwd and rw bound read-write, LLVM's tools first on PATH; (the result, wall
+        seconds)."""
         start = time.monotonic()
-        proc = sandbox.run(sb, argv)
+        proc = self.root.run(argv, cwd=str(cwd), rw=tuple(str(p) for p in (cwd, *rw)), ro=tuple(str(p) for p in ro),
+                             env=env, path=LLVM_PATH, timeout=timeout)
         wall = time.monotonic() - start
         if log is not None:
             log.write_text(proc.stdout + proc.stderr)
@@ -66,7 +71,7 @@ def build_strix(base: Path, only: set[str], request=None):
 
     from builders import config, fetch, host
     from builders.build import build
-    from builders.plan import all_tools, make_plan
+    from builders.plan import all_tools, make_plan, root_dirs
     from builders.plan_types import Layout
     from builders.session import default_cache
 
@@ -84,7 +89,7 @@ def build_strix(base: Path, only: set[str], request=None):
 
     def planned():
         facts = host.gather(all_tools(project, "strix"), toolchains=cache / "toolchains",
-                            roots={n: str(p.dest(cache)) for n, p in project.roots.items()})
+                            roots=root_dirs(project, cache))
         return project, make_plan(project, "strix", facts, layout, only=set(only))
 
     if request is not None:

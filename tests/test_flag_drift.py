@@ -13,6 +13,7 @@ from builders.pins import flagdrift, flags, isolate
 from builders.pins.__main__ import main
 from builders.pins.flags import CompileLine, Decl, MakeRun, MakeSide, Row
 from builders.plan_types import Command
+from builders.root import Root
 from pins_fixtures import FakeAPI, Project, Upstream, git
 
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is part of the build toolchain (apt make)")
@@ -102,17 +103,18 @@ CUT = ("unshare", "--net", "--")
 
 
 def test_invocations_from_a_build_steps_commands():
-    cmds = [
+    host = Root(net_cut=CUT)  # each command as the host root wraps it: the drift check reads it as it runs inside
+    cmds = [host.wrap(c) for c in [
         Command(("rm", "-rf", "/w/build/ds4/tree")),
         Command(("cp", "-a", "/w/src/ds4@abc/.", "/w/build/ds4/tree")),
-        Command(CUT + ("make", "-C", "/w/build/ds4/tree", "-j16", "cpu", "NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS="),
+        Command(("make", "-C", "/w/build/ds4/tree", "-j16", "cpu", "NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS="),
                 env=(("CFLAGS", "-ffile-prefix-map=/w=/x"),)),
-        Command(CUT + ("cmake", "-S", "/w/src/ds4@abc", "-B", "/w/b", "-DCMAKE_BUILD_TYPE=Release", "-D", "FOO:BOOL=ON", "-DBAR")),
-        Command(CUT + ("cmake", "--build", "/w/b", "--parallel", "16")),
-        Command(CUT + ("make", "-C", "/w/b/xdna", "-j2")),
+        Command(("cmake", "-S", "/w/src/ds4@abc", "-B", "/w/b", "-DCMAKE_BUILD_TYPE=Release", "-D", "FOO:BOOL=ON", "-DBAR")),
+        Command(("cmake", "--build", "/w/b", "--parallel", "16")),
+        Command(("make", "-C", "/w/b/xdna", "-j2")),
         Command(("zig", "build", "-Doptimize=ReleaseFast", "-Dshaders=true", "--prefix", "/w/p"), cwd="/w/src/ds4@abc"),
-    ]
-    invs = flags.invocations(cmds, source_dir="/w/src/ds4@abc", net_cut=CUT)
+    ]]
+    invs = flags.invocations(cmds, source_dir="/w/src/ds4@abc")
     assert [i.tool for i in invs] == ["make", "cmake", "make", "zig"]
     make, cmake, generated, zig = invs
     assert (make.directory, make.goals, make.variables) == (".", ("cpu",), ("NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS="))

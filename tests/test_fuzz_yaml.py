@@ -179,7 +179,7 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture
 def quick_host(monkeypatch):
     """Host facts probed once per tool: the plan is a pure function of them, so the fuzz spends its time there."""
-    from builders import host
+    from builders import host, sandbox
 
     real = host.detect_tool
     seen: dict = {}
@@ -190,7 +190,7 @@ def quick_host(monkeypatch):
         return seen[tool]
 
     monkeypatch.setattr(host, "detect_tool", detect)
-    monkeypatch.setattr(host, "probe_net_cut", lambda: ())
+    monkeypatch.setattr(sandbox, "probe_net_cut", lambda: ())
 
 
 def _bundle_of(target: Path) -> str:

@@ -85,7 +85,9 @@ def test_cmake_commands_are_exact():
     build = cmd(plan, "build:cpu", 1)
     assert build.argv == ("unshare", "--net", "--", "cmake", "--build", "/work/strix/build/cpu", "--parallel", "16")
     install = cmd(plan, "stage:cpu", 0)
-    assert install.argv == ("cmake", "--install", "/work/strix/build/cpu")
+    # the install runs where the build ran: the host root, network cut, the declared environment only
+    assert install.argv == ("unshare", "--net", "--", "cmake", "--install", "/work/strix/build/cpu")
+    assert install.clear and configure.clear and install.inside.argv == ("cmake", "--install", "/work/strix/build/cpu")
     assert dict(install.env)["DESTDIR"] == "/work/strix/stage/.cpu.tmp"
 
 
@@ -264,7 +266,9 @@ def test_env_lines_unset_what_the_command_removes():
 
 def test_verbose_steps_paste_into_a_shell(tmp_path):
     """--verbose prints only what a step adds to the caller's environment, as lines a shell runs to the executor's
-    exact environment: run them in bash with `env` in place of each command."""
+    exact environment: run them in bash with `env` in place of each command (a host command's cleared environment
+    is on its own `env -i` line)."""
+    import shlex
     import subprocess
 
     from builders.cli import format_plan
@@ -282,7 +286,9 @@ def test_verbose_steps_paste_into_a_shell(tmp_path):
             if ln.startswith(("export ", "unset ", "cd ")):
                 script.append(ln if not ln.startswith("cd ") else "true")
             elif n < len(step.commands):
-                script.append(f"env > {tmp_path}/env{n}")
+                argv = shlex.join(step.commands[n].argv)
+                lead = ln[: -len(argv)] if ln.startswith("env -i ") and ln.endswith(argv) else ""
+                script.append(f"{lead}env > {tmp_path}/env{n}")
                 n += 1
         subprocess.run(["bash", "-c", "\n".join(script)], env=caller, check=True)
         for i, cmd in enumerate(step.commands):
@@ -351,6 +357,7 @@ def test_the_walk_of_a_bundle_name_crosses_four_modules():
     finally:
         sys.setprofile(None)
     modules = {"builders/kinds" if m.startswith("builders/kinds/") else m for m in ran} - {"builders/plan_types"}
-    # and a build root's (root_pins: its key; roots.enter -> sandbox.argv: the bwrap command line of a rooted variant)
+    # and where it runs (root_pins: a build root's key; root.wrap -> sandbox.argv: the bwrap command line of a rooted
+    # variant; the host root's network cut)
     assert modules == {"builders/plan", "builders/config", "builders/host", "builders/kinds", "builders/root_pins",
-                       "builders/roots", "builders/sandbox"}, sorted(ran)
+                       "builders/root", "builders/sandbox"}, sorted(ran)

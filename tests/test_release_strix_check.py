@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from release_fixture import SHIM_PASS_ENV
+
 
 from builders import config
 from builders.host import HostFacts, ToolFact
@@ -53,7 +55,7 @@ def plan_only_prefix(dest: Path, tc: Path) -> Path:
 
 
 def onebit_check(prefix: Path, devices: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ONEBIT_SHIM_DEVICES": devices, "COLUMNS": "250"}
+    env = {**os.environ, **SHIM_PASS_ENV, "ONEBIT_SHIM_DEVICES": devices, "COLUMNS": "250"}
     return subprocess.run([sys.executable, "-m", "onebit.cli", "check", "--manifest",
                            str(prefix / "share/onebit/manifest.json")], capture_output=True, text=True, env=env, timeout=300)
 

@@ -18,7 +18,8 @@ from builders import config, debs, host, manifest, roots, sandbox, toolchain_rec
 from builders.cli import main
 from builders.execute import Executor
 from builders.plan import all_tools, make_plan
-from builders.plan_types import Layout
+from builders.plan_types import Command, Layout
+from builders.root import PATH_INSIDE, build_root
 from builders.root_pins import ResolvedDeb, diff, describe, render
 from mini_project import make_mini
 
@@ -67,14 +68,16 @@ def test_glibc_of_a_root_is_its_libc6():
 
 
 def test_entering_a_root_is_a_bwrap_command_line_with_only_what_is_bound():
-    argv = roots.enter(("make", "-C", "/w/b"), root_dir="/c/roots/k", env={"CC": "cc"}, cwd="/w/b", ro=("/w/src",),
-                       rw=("/w/b", "/c/ccache"), path=("/opt/x/bin",))
+    cmd = build_root("strix-sid", "/c/roots/k").wrap(Command(("make", "-C", "/w/b"), cwd="/w/b", env=(("CC", "cc"),),
+                                                              path=("/opt/x/bin",)),
+                                                      ro=("/w/src",), rw=("/w/b", "/c/ccache"))
+    argv = cmd.argv
     i = argv.index("--")
     assert argv[0] == "bwrap" and argv[i + 1:] == ("make", "-C", "/w/b") and "--share-net" not in argv
     pairs = [argv[j:j + 3] for j in range(i) if argv[j] in ("--ro-bind", "--bind", "--symlink", "--setenv")]
     assert ("--ro-bind", "/c/roots/k/usr", "/usr") in pairs and ("--symlink", "usr/lib", "/lib") in pairs
     assert ("--ro-bind", "/w/src", "/w/src") in pairs and ("--bind", "/w/b", "/w/b") in pairs
-    assert ("--setenv", "PATH", "/opt/x/bin:" + roots.PATH_INSIDE) in pairs and ("--setenv", "CC", "cc") in pairs
+    assert ("--setenv", "PATH", "/opt/x/bin:" + PATH_INSIDE) in pairs and ("--setenv", "CC", "cc") in pairs
     assert argv[argv.index("--chdir") + 1] == "/w/b" and "--clearenv" in argv
 
 
@@ -235,8 +238,7 @@ def test_a_small_real_root_is_resolved_assembled_once_and_entered_by_the_build(t
     plan.steps = [s for s in plan.steps if s.action in ("fetch", "source", "root", "build", "stage")]
     Executor(plan, project, console=Console(file=io.StringIO())).run()
     # toolchain.json: the root's tools as asked inside it, and the root itself (content address, glibc, packages)
-    probed = toolchain_record.probe(toolchain_record.tools_of(plan, project), cache / "toolchains", roots={"tiny": str(dest)})
-    record = toolchain_record.for_plan(replace(plan, steps=full), project, probed, lambda d: {})["variants"]["rooted"]
+    record = toolchain_record.for_plan(replace(plan, steps=full), project, plan.host.tools, lambda d: {})["variants"]["rooted"]
     assert record["tools"]["cp"] == cp.version and "toolchain_overrides" not in record
     assert (record["build_root"]["key"], record["build_root"]["glibc"]) == (pin.key, meta["glibc"])
     assert len(record["build_root"]["packages"]) == len(pin.resolved)
@@ -247,7 +249,7 @@ def test_a_small_real_root_is_resolved_assembled_once_and_entered_by_the_build(t
     assert [ln.split(":")[0].strip() for ln in (build / "net").read_text().splitlines()[2:]] == ["lo"]  # network cut
     assert (build / "source").read_text().strip() == "read-only"
     assert (build / "host").read_text() == ""  # nothing of the host but what is bound
-    assert (build / "env").read_text().split() == [roots.PATH_INSIDE, sandbox.HOME]
+    assert (build / "env").read_text().split() == [PATH_INSIDE, sandbox.HOME]
     assert (build / "greet.c").read_text().startswith("#include")  # the pinned, patched checkout, read through the bind
     stage = plan.step("stage:rooted").data
     staged = Path(stage.prefix) / "bin" / "hello-root"

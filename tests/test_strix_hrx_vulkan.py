@@ -2,7 +2,7 @@
 packages every Vulkan recipe pins) inside the pinned build root, never the host's glslc.
 
 The plan binds the assembled SDK read-only into the root and gives the build VULKAN_SDK and the prefix path. Then, in
-the root through the one sandbox with exactly those binds: CMake's FindVulkan, run by a llama.cpp tree with GGML_VULKAN
+the root through its Root value (builders/root.py) with exactly those binds: CMake's FindVulkan, run by a llama.cpp tree with GGML_VULKAN
 (ROCmFPX at its upstream base from the mirror: the HRX fork itself is unreachable), takes glslc, the headers and the
 loader from the SDK, and the SDK's glslc (Debian 13's shaderc, through its own loader) compiles a compute shader to
 SPIR-V there."""
@@ -16,7 +16,7 @@ import pytest
 from strix_root import PROJECT, strix_root
 from strix_sources import export_tree
 
-from builders import config, fetch, host, sandbox, toolchain
+from builders import config, fetch, host, toolchain
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
 from builders.session import default_cache
@@ -68,10 +68,9 @@ def test_the_plan_binds_the_pinned_sdk_into_the_root(planned):
 def test_the_sdks_glslc_compiles_a_shader_inside_the_root(sdk, tmp_path):
     root = strix_root()
     (tmp_path / "k.comp").write_text(SHADER)
-    sb = sandbox.Sandbox(env={"PATH": f"{sdk}/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}, cwd=str(tmp_path),
-                         root=str(root.path), ro=(str(sdk),), rw=(str(tmp_path),), timeout=300)
-    proc = sandbox.run(sb, ["sh", "-c", "command -v glslc && glslc --version | head -1 && "
-                                        "glslc -fshader-stage=compute --target-env=vulkan1.2 k.comp -o k.spv"])
+    proc = root.root.run(["sh", "-c", "command -v glslc && glslc --version | head -1 && "
+                                      "glslc -fshader-stage=compute --target-env=vulkan1.2 k.comp -o k.spv"],
+                         path=(f"{sdk}/bin",), cwd=str(tmp_path), ro=(str(sdk),), rw=(str(tmp_path),), timeout=300)
     assert proc.returncode == 0, proc.stderr
     found, version = proc.stdout.splitlines()[:2]
     assert found == f"{sdk}/bin/glslc" and version.startswith("shaderc 2025.2"), proc.stdout
@@ -89,13 +88,11 @@ def test_findvulkan_takes_the_sdk_inside_the_root(sdk, tmp_path):
     src, build = tmp_path / "src", tmp_path / "build"
     export_tree(repo, up.commit, src)
     root = strix_root()
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "VULKAN_SDK": str(sdk), "CC": "/usr/lib/llvm-22/bin/clang",
-           "CXX": "/usr/lib/llvm-22/bin/clang++"}
-    sb = sandbox.Sandbox(env=env, cwd=str(tmp_path), root=str(root.path), ro=(str(sdk),), rw=(str(tmp_path),),
-                         timeout=900)
-    proc = sandbox.run(sb, ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                            f"-DCMAKE_PREFIX_PATH={sdk}", "-DGGML_VULKAN=ON", "-DGGML_NATIVE=OFF",
-                            "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF"])
+    env = {"VULKAN_SDK": str(sdk), "CC": "/usr/lib/llvm-22/bin/clang", "CXX": "/usr/lib/llvm-22/bin/clang++"}
+    proc = root.root.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                          f"-DCMAKE_PREFIX_PATH={sdk}", "-DGGML_VULKAN=ON", "-DGGML_NATIVE=OFF",
+                          "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF"],
+                         env=env, cwd=str(tmp_path), ro=(str(sdk),), rw=(str(tmp_path),), timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert re.search(r"Found Vulkan: \S*" + re.escape(f"{sdk}/lib/libvulkan.so"), out), out[-4000:]

@@ -127,7 +127,7 @@ def tiny(tmp_path_factory):
 
 
 def _run(root):
-    return stage.offload_runner(str(root.path))
+    return stage.offload_runner(root.root)
 
 
 def test_a_gfx1151_program_lists_gfx1151(tiny):

@@ -87,6 +87,6 @@ def test_rocmfpx_hip_objects_compile_for_gfx1151(configured):
     objs.mkdir()
     for t in targets:
         (objs / Path(t).name).hardlink_to(build / t)
-    files = offload.check_tree(objs, ["gfx1151"], stage.offload_runner(str(root.path)))
+    files = offload.check_tree(objs, ["gfx1151"], stage.offload_runner(root.root))
     assert sorted(f.rel for f in files) == sorted(Path(o).name for o in OBJECTS)
     assert all(f.targets == ("gfx1151",) for f in files)

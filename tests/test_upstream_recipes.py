@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from release_fixture import SHIM_PASS_ENV
+
 from builders import config
 from builders.config import Bundle
 from builders.execute import Executor
 from builders.host import HostFacts, ToolFact
 from builders.plan import all_tools, make_plan
+from builders.root import host as host_root
 from builders.plan_types import Layout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +64,8 @@ def facts(tc: str = "/tc", python: str = "/py/bin/python3", project: config.Proj
         for t in all_tools(project, bundle):
             root = f"{tc}/{t.env}" if t.env else None
             tools[t.key] = ToolFact(t.key, f"{root}/{t.path}" if root else f"/usr/bin/{t.tool}", True, "99.0", root)
-    return HostFacts(tools=tools, net_cut=(), jobs=2, python=python, home="/home/u")
+    # the host root's environment as the caller's is now (the shims' PATH and settings, when a test set them)
+    return HostFacts(tools=tools, net_cut=(), jobs=2, python=python, home="/home/u", env=host_root(net_cut=()).base)
 
 
 # ---- plan tables -----------------------------------------------------------------------------------------------
@@ -165,6 +169,8 @@ def shims(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", os.pathsep.join([str(bindir), str(Path(sys.executable).parent), "/usr/bin", "/bin"]))
     monkeypatch.setenv("ONEBIT_SHIM_LOG", str(log))
     monkeypatch.setenv("ONEBIT_SHIM_ENV", "CC,CXX,LD_LIBRARY_PATH,KERNEL_SRC,DESTDIR")
+    for k, v in SHIM_PASS_ENV.items():
+        monkeypatch.setenv(k, v)
 
     def run(project, bundle: str, variant: str, source_files: dict[str, str]):
         layout = Layout(root=ROOT, cache=tmp_path / "cache", work=tmp_path / "work", out=tmp_path / "out")

@@ -104,7 +104,7 @@ def _facts(tmp_path: Path) -> HostFacts:
         for t in all_tools(PROJECT, bundle):
             root = str(tmp_path / "tc" / t.tool) if (t.env or t.pinned) else None
             tools[t.key] = ToolFact(t.key, f"{root}/{t.path}" if root else f"/usr/bin/{t.tool}", True, "99.0", root)
-    return HostFacts(tools=tools, net_cut=(), jobs=2, python="/py/bin/python3", home="/home/u")
+    return HostFacts(tools=tools, net_cut=(), jobs=2, python="/py/bin/python3", home="/home/u", env={"PATH": "/usr/bin"})
 
 
 def test_zinc_builds_with_zig_and_glslc_first_on_path_and_ships_no_debug_info(tmp_path):
@@ -115,7 +115,7 @@ def test_zinc_builds_with_zig_and_glslc_first_on_path_and_ships_no_debug_info(tm
     env = build.environ({"PATH": "/usr/bin"})
     assert env["PATH"] == f"{tmp_path}/tc/zig:{tmp_path}/tc/vulkan-sdk/bin:/usr/bin"
     assert env["PKG_CONFIG_PATH"] == f"{tmp_path}/tc/vulkan-sdk/lib/pkgconfig"
-    assert f"PATH={tmp_path}/tc/zig:{tmp_path}/tc/vulkan-sdk/bin:\"$PATH\"" in build.shell()
+    assert f"PATH={tmp_path}/tc/zig:{tmp_path}/tc/vulkan-sdk/bin:/usr/bin " in build.shell()  # the host's, declared
     stage = plan.step("stage:zinc").data
     assert stage.strip == "debug" and str(tmp_path / "tc/vulkan-sdk") in stage.toolchains
 

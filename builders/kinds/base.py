@@ -22,7 +22,6 @@ class KindContext:
     targets: tuple[str, ...]
     commands: tuple[tuple[str, ...], ...] = ()
     launcher: str | None = None  # ccache
-    net_cut: tuple[str, ...] = ()  # argv prefix that cuts the network
     extra_env: Mapping[str, str] = field(default_factory=dict)  # the builder's own settings (ccache)
     build_prefix: str = ""  # for kinds that install as they build (script, zig): an install tree inside the build dir
     maps: tuple[tuple[str, str], ...] = ()  # path maps (flags.build_maps): each kind adds them where upstream leaves room

@@ -38,7 +38,7 @@ class CargoKind:
             argv += ["--features", features]
         if crate_type:
             argv += ["--lib", "--crate-type", crate_type]
-        return [Command(tuple(ctx.net_cut) + tuple(argv), env=env_items(ctx))]
+        return [Command(tuple(argv), env=env_items(ctx))]
 
     def install(self, ctx) -> list[Command]:
         pairs = str(dict(ctx.options).get("install", "")).split()

@@ -44,8 +44,8 @@ class CMakeKind:
         if targets:
             build += ["--target", *targets]
         return [
-            Command(tuple(ctx.net_cut) + tuple(self.configure_argv(ctx)), env=env),
-            Command(tuple(ctx.net_cut) + tuple(build), env=env),
+            Command(tuple(self.configure_argv(ctx)), env=env),
+            Command(tuple(build), env=env),
         ]
 
     def install(self, ctx) -> list[Command]:

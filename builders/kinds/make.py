@@ -39,7 +39,7 @@ class MakeKind:
         return [
             Command(("rm", "-rf", tree)),
             Command(("cp", "-a", f"{ctx.source}/.", tree)),
-            Command(tuple(ctx.net_cut) + ("make", "-C", tree, f"-j{ctx.jobs}", *ctx.targets,
+            Command(("make", "-C", tree, f"-j{ctx.jobs}", *ctx.targets,
                                           *[f"{k}={v}" for k, v in variables.items()]),
                     env=env_items(ctx, flag_env=False),
                     unset=tuple(v for v in flags.MAKE_FLAG_VARIABLES if v not in ctx.env)),

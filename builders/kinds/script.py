@@ -10,7 +10,7 @@ class ScriptKind:
 
     def build(self, ctx) -> list[Command]:
         env = env_items(ctx)
-        return [Command(tuple(ctx.net_cut) + tuple(argv), cwd=ctx.build, env=env) for argv in ctx.commands]
+        return [Command(tuple(argv), cwd=ctx.build, env=env) for argv in ctx.commands]
 
     def install(self, ctx) -> list[Command]:
         # the commands installed into {prefix}, a tree inside the build dir; staging copies it

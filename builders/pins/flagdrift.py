@@ -230,9 +230,8 @@ def _plan(project: Project, recipe: Recipe, vname: str, pin: str, commit: str, h
         step = build_step(project, recipe, variant, pin, commit, host, layout)
     except (OnebitError, KeyError) as exc:
         return Planned(recipe, variant, host, error=exc.what if isinstance(exc, OnebitError) else f"no build step {exc}")
-    commands = [c.inside or c for c in step.commands]  # a build root's commands as they run inside it (no bwrap)
-    return Planned(recipe, variant, host, flags.invocations(commands, source_dir=step.data.source_dir, net_cut=host.net_cut),
-                   flags.source_aliases(commands, step.data.source_dir))
+    return Planned(recipe, variant, host, flags.invocations(step.commands, source_dir=step.data.source_dir),
+                   flags.source_aliases(step.commands, step.data.source_dir))
 
 
 def _variant_report(p: Planned, trees: tuple[Tree | None, Tree], layout: Layout, commits: tuple[str, str],

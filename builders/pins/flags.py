@@ -310,11 +310,6 @@ _MAKE_VAR = re.compile(r"^([A-Za-z_.][A-Za-z0-9_.-]*)\s*(?:\+|\?|!|:{1,3})?=")
 _MAKE_ARG_OPTS = {"-I", "-o", "-W", "--include-dir", "--old-file", "--new-file", "--what-if", "--assume-old", "--assume-new"}
 
 
-def strip_prefix(argv: Sequence[str], prefix: Sequence[str]) -> tuple[str, ...]:
-    argv = tuple(argv)
-    return argv[len(prefix):] if prefix and argv[:len(prefix)] == tuple(prefix) else argv
-
-
 def make_variable(assignment: str) -> str | None:
     m = _MAKE_VAR.match(assignment)
     return m.group(1) if m else None
@@ -335,10 +330,16 @@ def _defines(args: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def unwrapped(commands: Sequence) -> list:
+    """Each command as its root runs it (`inside`: without the host's network cut or a build root's bwrap;
+    builders/root.py)."""
+    return [getattr(c, "inside", None) or c for c in commands]
+
+
 def source_aliases(commands: Sequence, source_dir: str) -> tuple[str, ...]:
     """The source dir, and every directory the build step copies it into first (`cp -a SRC/. DST`)."""
     aliases = [source_dir.rstrip("/")]
-    for c in commands:
+    for c in unwrapped(commands):
         argv = list(c.argv)
         if argv and posixpath.basename(argv[0]) == "cp" and len(argv) >= 3:
             srcs = [a.rstrip("/").removesuffix("/.") for a in argv[1:-1] if not a.startswith("-")]
@@ -400,12 +401,14 @@ def parse_make(argv: Sequence[str], cwd: str | None, aliases: Sequence[str], env
                       variables=tuple(variables), options=tuple(options), env=tuple(env))
 
 
-def invocations(commands: Sequence, *, source_dir: str, net_cut: Sequence[str] = ()) -> list[Invocation]:
-    """The cmake configures, zig builds and make calls of a build step's commands (Command objects: argv, cwd, env)."""
+def invocations(commands: Sequence, *, source_dir: str) -> list[Invocation]:
+    """The cmake configures, zig builds and make calls of a build step's commands (Command objects: argv, cwd, env),
+    each as its root runs it (`unwrapped`)."""
+    commands = unwrapped(commands)
     aliases = source_aliases(commands, source_dir)
     out = []
     for c in commands:
-        argv = strip_prefix(c.argv, net_cut)
+        argv = tuple(c.argv)
         if not argv:
             continue
         prog = posixpath.basename(argv[0])

@@ -37,13 +37,14 @@ def build_part(args, project, name: str, *, version: str, build_number: int, onl
     Returns the out dir, where the build also leaves toolchain.json (what it knew)."""
     from ..build import build
     from ..host import gather
-    from ..plan import all_tools, make_plan
+    from ..plan import all_tools, make_plan, root_dirs
     from ..session import layout_for
 
     layout = layout_for(args, name)
 
     def planned():
-        facts = gather(all_tools(project, name), toolchains=layout.cache / "toolchains")
+        facts = gather(all_tools(project, name), toolchains=layout.cache / "toolchains",
+                       roots=root_dirs(project, layout.cache))
         return project, make_plan(project, name, facts, layout, build_number=build_number, version=version, only=only,
                                   overrides=overrides or {})
 
