@@ -114,7 +114,7 @@ def _header(path: str) -> bytes:
     ({0: 0}, "x86_64", False),  # not ELF
 ])
 def test_is_loadable_elf(change, machine, ok):
-    header = bytearray(_header(sys.executable if Path(sys.executable).stat().st_size > 20 else "/bin/sh"))
+    header = bytearray(_header(sys.executable))
     if header[18] != 62:
         pytest.skip("this host is not x86-64")
     for at, byte in change.items():
