@@ -15,7 +15,10 @@ Three outcomes per backend, kept apart:
     `HARDWARE`), so a GPU build checked on a build machine is never "ok" and never failed for the GPU it lacks. ds4-server
     has no device listing at its pins (antirez/ds4 ds4_server.c: only -h/--help prints and exits; the device is
     opened by ds4_engine_open after a model is loaded, ds4.c), so it is run with --help to prove it runs, and a GPU it
-    claims stays unproven; the npu backend ships the driver and XRT's plugin, not a program that serves a model;
+    claims stays unproven; the npu backend ships the driver and XRT's plugin, not a program that serves a model.
+    A GPU backend whose host libraries (the manifest's `host_libraries`: the ROCm runtime) this host's loader would
+    not find is not run; on a host without the GPU's node it is unproven with the missing SONAMEs and what provides
+    them (onebit.hostlibs), on one with the node it fails with the same words;
   - failed (exit status 1): a claimed device that its program does not see, a program that is missing, not
     executable or cannot run, or a route self-test that fails.
 """
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .adapters import ADAPTERS
+from .hostlibs import Found, look_up, missing, missing_text
 from .inspect import ModelFacts
 from .manifest import Manifest
 from .route import DEVICE_BACKENDS, LaunchPlan, Refusal, RouteEnv, ServeFlags, route
@@ -45,7 +49,9 @@ class Probe:
     error: str | None = None  # the program could not be asked (missing, not executable, failed)
     ran: bool = False  # the program ran (so it has the CPU)
     why_unproven: str = ""  # why nothing can say which device it uses
-    missing_lib: str | None = None  # the library the dynamic loader could not find (the program never started)
+    # why the program cannot start on this host: host libraries of its manifest entry that the loader would not find
+    # (then it is not run), or the library the loader named when it ran ("libhipblas.so.3 missing")
+    cannot_load: str | None = None
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,10 @@ def self_test(manifest: Manifest, backend: str) -> tuple[bool, str]:
 Runner = Callable[..., subprocess.CompletedProcess]
 
 
-def probe(manifest: Manifest, backend: str, run: Runner = subprocess.run, env: Mapping[str, str] | None = None) -> Probe:
+def probe(manifest: Manifest, backend: str, run: Runner = subprocess.run, env: Mapping[str, str] | None = None,
+          host_libs: Mapping[str, Found] | None = None) -> Probe:
+    """Ask the backend's program which devices it sees. `host_libs`: where this host's loader finds the SONAMEs the
+    manifest says the backend needs from the host (hostlibs.look_up); a program lacking one is not run."""
     b = manifest.backends[backend]
     adapter = ADAPTERS[b.adapter]
     path = b.binary(manifest.prefix, adapter.program)
@@ -178,6 +187,10 @@ def probe(manifest: Manifest, backend: str, run: Runner = subprocess.run, env: M
         return Probe(seen=None, error=f"{path} is not executable")
     if adapter.probe is None:
         return Probe(seen=None, why_unproven=f"{adapter.program} has no way to run a probe")
+    lacking = missing(b.host_libraries, host_libs or {})
+    if lacking:  # the loader would stop it with exit 127 before it ran: say which libraries, and what provides them
+        text = missing_text(lacking, host_libs or {})
+        return Probe(seen=None, error=f"{path.name} cannot start here: {text}", cannot_load=text)
     full_env = dict(os.environ if env is None else env)
     for k, v in b.env.items():
         full_env.setdefault(k, v)
@@ -195,7 +208,7 @@ def probe(manifest: Manifest, backend: str, run: Runner = subprocess.run, env: M
         if lib:  # the loader's line starts with the program's whole path: name the library instead
             last = f"error while loading shared libraries: {lib.group(1)}"
         return Probe(seen=None, error=f"{path.name} exited {r.returncode}: {last[:120]}",
-                     missing_lib=lib.group(1) if lib else None)
+                     cannot_load=f"{lib.group(1)} missing" if lib else None)
     if seen is None:
         return Probe(seen=None, ran=True, why_unproven=f"{adapter.program} cannot say which device it uses")
     return Probe(seen=seen, ran=True)
@@ -208,7 +221,8 @@ def _absent(devices: Collection[str], nodes: Collection[str]) -> dict[str, str]:
 def row(manifest: Manifest, backend: str, p: Probe, test: tuple[bool, str], nodes: Collection[str] | None = None) -> Row:
     """One table row. `nodes`: the HARDWARE nodes of this host (host_nodes()); a claimed device the program does not
     see, on a host without its node, is unproven instead of failed, and so is a program that cannot even load its
-    GPU runtime there (the dynamic loader's "error while loading shared libraries")."""
+    GPU runtime there (host libraries its manifest entry lists that this host lacks, or the dynamic loader's "error
+    while loading shared libraries"); on a host with the node, or for a backend without a GPU, that fails."""
     b = manifest.backends[backend]
     adapter = ADAPTERS[b.adapter]
     nodes = host_nodes() if nodes is None else nodes
@@ -219,9 +233,9 @@ def row(manifest: Manifest, backend: str, p: Probe, test: tuple[bool, str], node
     seen = (*(p.seen or ()), *(["CPU"] if p.ran and "CPU" in claimed else []))
     gpus = [d for d in claimed if d != "CPU"]
     absent = _absent(gpus, nodes)
-    if p.error and p.missing_lib and gpus and len(absent) == len(gpus):
+    if p.error and p.cannot_load and gpus and len(absent) == len(gpus):
         cell = "none"
-        unproven = f"{', '.join(gpus)}: cannot run here ({p.missing_lib} missing); {next(iter(absent.values()))}"
+        unproven = f"{', '.join(gpus)}: cannot run here ({p.cannot_load}); {next(iter(absent.values()))}"
     elif p.error:
         cell, ok = f"FAIL: {p.error}", False
     elif p.seen is None:
@@ -243,9 +257,13 @@ def row(manifest: Manifest, backend: str, p: Probe, test: tuple[bool, str], node
 
 
 def check(manifest: Manifest, run: Runner = subprocess.run, env: Mapping[str, str] | None = None,
-          nodes: Collection[str] | None = None) -> list[Row]:
+          nodes: Collection[str] | None = None, host_libs: Mapping[str, Found] | None = None) -> list[Row]:
+    """Every backend's row. The host libraries are looked up as the programs' loader would, with `env`'s
+    LD_LIBRARY_PATH (the environment the probes run in), unless `host_libs` says where they are."""
     nodes = host_nodes() if nodes is None else nodes
-    return [row(manifest, name, probe(manifest, name, run, env), self_test(manifest, name), nodes)
+    if host_libs is None:
+        host_libs = look_up(manifest.host_sonames(), env)
+    return [row(manifest, name, probe(manifest, name, run, env, host_libs), self_test(manifest, name), nodes)
             for name in sorted(manifest.backends)]
 
 

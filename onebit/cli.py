@@ -11,6 +11,7 @@ import shutil
 import sys
 
 from .errors import ManifestError, ServeError
+from .hostlibs import look_up
 from .hosts import bind_refusal
 from .inspect import inspect_model
 from .laya import ALL_CLASSES, CHECKPOINT_RELPATH, LAYA_MODEL_ENV, default_model_dir, load_policy
@@ -224,7 +225,8 @@ def plan_from_args(argv: list[str], env=None):
     # the alias); an exec'd server uses none of them
     n_ports = 1 + len(ALL_CLASSES) if flags.laya else 2
     renv = RouteEnv(env=env, path_llama_server=shutil.which("llama-server", path=env.get("PATH")),
-                    free_ports=free_ports(n_ports))
+                    free_ports=free_ports(n_ports),
+                    host_libs=look_up(manifest.host_sonames(), env) if manifest is not None else None)
     return route(facts, flags, manifest, renv, recipes, draft=draft, long_facts=long_facts, laya_policy=policy), args
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .errors import ManifestError
+from .hostlibs import HostLibrary
 
 MANIFEST_RELPATH = Path("share") / "onebit" / "manifest.json"
 MANIFEST_ENV = "ONEBIT_MANIFEST"
@@ -27,6 +28,7 @@ class Backend:
     commit: str = ""
     adapter: str = "llama-server"  # which launch adapter speaks this backend's command line (onebit.adapters)
     root: str | None = None  # the backend's own subtree of the prefix, if the manifest names one
+    host_libraries: tuple[HostLibrary, ...] = ()  # SONAMEs its programs need from the host (the ROCm runtime)
 
     def binary(self, prefix: Path, name: str = "llama-server") -> Path | None:
         """The binary the manifest lists under `name`, or None. Never another one: a backend whose program is
@@ -48,6 +50,10 @@ class Manifest:
 
     def has(self, backend: str) -> bool:
         return backend in self.backends
+
+    def host_sonames(self) -> tuple[str, ...]:
+        """Every SONAME some backend needs from the host, each once."""
+        return tuple(dict.fromkeys(h.soname for b in self.backends.values() for h in b.host_libraries))
 
 
 # The adapter a backend uses when its manifest entry names none (manifests written before `adapter` existed).
@@ -114,6 +120,11 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
     prefix = path.resolve().parent.parent.parent
     backends = {}
     for name, b in data["backends"].items():
+        libs = tuple(HostLibrary(h["soname"], h["provided_by"], h["set"]) for h in b.get("host_libraries", ()))
+        twice = sorted({h.soname for h in libs if sum(o.soname == h.soname for o in libs) > 1})
+        if twice:
+            raise ManifestError(f"{path}: invalid manifest at backends/{name}/host_libraries: "
+                                f"{', '.join(twice)} listed twice")
         backends[name] = Backend(
             name=name,
             binaries=dict(b["binaries"]),
@@ -124,6 +135,7 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
             commit=b["source"]["commit"],
             adapter=b.get("adapter") or default_adapter(name),
             root=b.get("root"),
+            host_libraries=libs,
         )
     recipes = data.get("serve", {}).get("recipes")
     return Manifest(

@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 
 from .adapters import ADAPTERS, Adapter, AdapterError, Decision, unsupported
 from .bundles import BUNDLES
+from .hostlibs import Found, missing, missing_text
 from .hosts import bind_refusal
 from .inspect import ModelFacts
 from .laya import Policy
@@ -134,6 +135,9 @@ class RouteEnv:
     env: Mapping[str, str] = field(default_factory=dict)
     path_llama_server: str | None = None  # shutil.which("llama-server"), or None
     free_ports: tuple[int, ...] = ()  # loopback ports for proxied children
+    # where this host's dynamic loader finds each SONAME the manifest's backends need from the host
+    # (onebit.hostlibs.look_up); None: not looked up, every backend is taken as able to start
+    host_libs: Mapping[str, Found] | None = None
 
 
 @dataclass(frozen=True)
@@ -236,13 +240,61 @@ class _Args:
         return [t for toks, _ in self.opts.values() for t in toks]
 
 
-def _backend_for(device: str, manifest: Manifest | None) -> str | None:
+def _backend_for(device: str, manifest: Manifest | None, renv: RouteEnv | None = None,
+                 flags: ServeFlags | None = None) -> str | None:
+    """The backend that serves `device`: the first of its backends in the manifest, and with `renv`, the first whose
+    programs can start on this host (cannot_start)."""
     if manifest is None:
         return DEVICE_BACKENDS[device][0]
     for b in DEVICE_BACKENDS[device]:
-        if manifest.has(b):
+        if manifest.has(b) and (renv is None or cannot_start(b, manifest, renv, flags) is None):
             return b
     return None
+
+
+def cannot_start(backend: str, manifest: Manifest | None, renv: RouteEnv, flags: ServeFlags | None = None) -> str | None:
+    """Why `backend`'s program cannot start on this host: the host libraries its manifest entry lists that the loader
+    would not find, and what provides them; None when it can, or when the program is not the bundle's (a llama-server
+    the user named with --llama-server or $ONEBIT_LLAMA_SERVER*, which brings its own libraries)."""
+    if manifest is None or renv.host_libs is None or backend not in manifest.backends:
+        return None
+    b = manifest.backends[backend]
+    if b.adapter == "llama-server" and ((flags is not None and flags.llama_server) or _env_llama_server(backend, renv)):
+        return None
+    lacking = missing(b.host_libraries, renv.host_libs)
+    return missing_text(lacking, renv.host_libs) if lacking else None
+
+
+def _env_llama_server(backend: str, renv: RouteEnv) -> str | None:
+    """The llama-server $ONEBIT_LLAMA_SERVER_<BACKEND> or $ONEBIT_LLAMA_SERVER names, if any."""
+    specific = "ONEBIT_LLAMA_SERVER_" + backend.upper().replace("-", "_")
+    return renv.env.get(specific) or renv.env.get("ONEBIT_LLAMA_SERVER") or None
+
+
+def _unstartable(devices: str | Sequence[str], manifest: Manifest | None, renv: RouteEnv, flags: ServeFlags,
+                 what: str) -> _Refused:
+    """The refusal for devices whose every backend in this bundle lacks host libraries here, in one line."""
+    devices = (devices,) if isinstance(devices, str) else devices
+    why = [f"the {b} backend cannot run on this host: {cannot_start(b, manifest, renv, flags)}"
+           for d in devices for b in DEVICE_BACKENDS[d] if manifest is not None and manifest.has(b)]
+    return _Refused("host-libraries", f"{what}: {' | '.join(why)}")
+
+
+def _passed_over(want: str, device: str, backend: str, manifest: Manifest | None, renv: RouteEnv,
+                 flags: ServeFlags) -> tuple[str, ...]:
+    """Notes for the backends route passed over because they cannot start here: those ahead of `backend` for its
+    device, and, for --device auto, the devices ahead of `device` whose backends all lack host libraries."""
+    if manifest is None or renv.host_libs is None:
+        return ()
+    skipped = []
+    if want == "auto" and device in AUTO_ORDER:
+        for dev in AUTO_ORDER[:AUTO_ORDER.index(device)]:
+            skipped += [b for b in DEVICE_BACKENDS[dev] if manifest.has(b)]
+    ahead = DEVICE_BACKENDS.get(device, ())
+    if backend in ahead:
+        skipped += [b for b in ahead[:ahead.index(backend)] if manifest.has(b)]
+    return tuple(f"{b} cannot run on this host ({why}); {backend} serves instead"
+                 for b in skipped if (why := cannot_start(b, manifest, renv, flags)))
 
 
 def _held(manifest: Manifest | None) -> str:
@@ -281,7 +333,7 @@ def _missing(device: str, manifest: Manifest | None, what: str) -> str:
     return f"{what}: this bundle{bundle} has no {device} backend (has: {_held(manifest)}); {elsewhere(device, manifest)}"
 
 
-def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None, want: str) -> str:
+def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None, want: str, renv: RouteEnv) -> str:
     name = Path(facts.path).name
     if facts.onebp:
         if want not in ("auto", "ds4"):
@@ -291,6 +343,8 @@ def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None
             )
         if _backend_for("ds4", manifest) is None:
             raise _Refused("1bp-device", _missing("ds4", manifest, f"{name} is a 1BP package, only ds4 serves it"))
+        if _backend_for("ds4", manifest, renv, flags) is None:
+            raise _unstartable("ds4", manifest, renv, flags, f"{name} is a 1BP package, only ds4 serves it")
         return "ds4"
 
     if facts.hadamard is not None:
@@ -313,6 +367,8 @@ def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None
                     f"{name} is Hadamard-rotated (onebit.hadamard_q4_0=32) and needs the lean ROCm build with feature "
                     f"{HADAMARD_FEATURE}, which this bundle ({manifest.bundle}) does not have",
                 )
+            if _backend_for("rocm", manifest, renv, flags) is None:
+                raise _unstartable("rocm", manifest, renv, flags, f"{name} is Hadamard-rotated and needs the lean ROCm build")
         return "rocm"
 
     if want == "ds4":
@@ -325,6 +381,8 @@ def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None
             raise _Refused("prefill-device", f"--prefill-device hrx decodes on vulkan; it cannot be used with --device {want}")
         if _backend_for("hrx", manifest) is None:
             raise _Refused("prefill-device", _missing("hrx", manifest, "--prefill-device hrx needs the hrx backend"))
+        if _backend_for("hrx", manifest, renv, flags) is None:
+            raise _unstartable("hrx", manifest, renv, flags, "--prefill-device hrx")
         if manifest is not None:
             devs = manifest.backends["hrx"].devices
             if "HRX0" not in devs or "Vulkan0" not in devs:
@@ -334,15 +392,22 @@ def _pick_device(facts: ModelFacts, flags: ServeFlags, manifest: Manifest | None
 
     if want == "auto":
         for dev in AUTO_ORDER:
-            if _backend_for(dev, manifest) is not None:
+            if _backend_for(dev, manifest, renv, flags) is not None:
                 return dev
+        held = [dev for dev in AUTO_ORDER if _backend_for(dev, manifest) is not None]
+        if held:  # the bundle has backends for it, none can start here
+            raise _unstartable(held, manifest, renv, flags, f"no backend in this bundle can serve {name} on this host")
         raise _Refused("no-device", f"no backend in this bundle can serve {name} (has: {_held(manifest)})")
 
     if _backend_for(want, manifest) is None:
         standin = STANDINS.get(want)
         if standin and manifest is not None and _backend_for(standin[0], manifest) is not None:
+            if _backend_for(standin[0], manifest, renv, flags) is None:
+                raise _unstartable(standin[0], manifest, renv, flags, f"--device {want}")
             return standin[0]
         raise _Refused("device-missing", _missing(want, manifest, f"--device {want}"))
+    if _backend_for(want, manifest, renv, flags) is None:
+        raise _unstartable(want, manifest, renv, flags, f"--device {want}")
     return want
 
 
@@ -358,10 +423,9 @@ def _resolve_binary(backend: str, adapter: Adapter, flags: ServeFlags, manifest:
     if adapter.name == "llama-server":
         if flags.llama_server:
             return flags.llama_server
-        specific = "ONEBIT_LLAMA_SERVER_" + backend.upper().replace("-", "_")
-        for var in (specific, "ONEBIT_LLAMA_SERVER"):
-            if renv.env.get(var):
-                return renv.env[var]
+        named = _env_llama_server(backend, renv)
+        if named:
+            return named
     if manifest is not None and backend in manifest.backends:
         b = manifest.backends[backend]
         p = b.binary(manifest.prefix, adapter.program)
@@ -458,9 +522,9 @@ def _root_of(binary: str, backend: str, manifest) -> str:
 # --- one llama-server child: small steps, each adding its options (and environment) to the command line ------------
 
 
-def _child_backend(flags: ServeFlags, device: str, manifest: Manifest | None) -> str:
+def _child_backend(flags: ServeFlags, device: str, manifest: Manifest | None, renv: RouteEnv) -> str:
     # --prefill-device hrx: one process of the hrx build holds both devices (decode on its Vulkan0, prefill on HRX0)
-    backend = "hrx" if flags.prefill_device == "hrx" else _backend_for(device, manifest)
+    backend = "hrx" if flags.prefill_device == "hrx" else _backend_for(device, manifest, renv, flags)
     assert backend is not None
     return backend
 
@@ -583,12 +647,14 @@ def _route_child(
     proxied_alias: str | None = None,
     slots: int | None = None,
 ) -> Child:
-    device = _pick_device(facts, flags, manifest, want_device)
-    backend = _child_backend(flags, device, manifest)
+    device = _pick_device(facts, flags, manifest, want_device, renv)
+    backend = _child_backend(flags, device, manifest, renv)
     adapter = _adapter_of(backend, manifest)
+    passed = _passed_over(want_device, device, backend, manifest, renv, flags)
     if adapter.name != "llama-server":
-        return _foreign_child(facts, flags, manifest, renv, adapter, role=role, backend=backend, device=device,
-                              host=host, port=port, slots=slots)
+        child = _foreign_child(facts, flags, manifest, renv, adapter, role=role, backend=backend, device=device,
+                               host=host, port=port, slots=slots)
+        return dataclasses.replace(child, notes=(*passed, *child.notes)) if passed else child
     args = _Args()
     env: dict[str, str] = dict(manifest.backends[backend].env) if manifest is not None else {}
     _base_args(args, facts, device, backend, manifest, host, port)
@@ -608,7 +674,7 @@ def _route_child(
     binary = _resolve_binary(backend, adapter, flags, manifest, renv)
     argv = (binary, *args.flat(), *flags.extra)
     standin = STANDINS.get(want_device)
-    notes = (standin[1],) if standin and device == standin[0] and want_device != device else ()
+    notes = (*passed, *((standin[1],) if standin and device == standin[0] and want_device != device else ()))
     return Child(role=role, backend=backend, device=device, binary=binary, argv=argv,
                  env={k: v for k, v in env.items() if k not in renv.env}, host=host, port=port, recipes=applied,
                  slots=slots, bind=_last_host(argv[1:], host), notes=notes)
@@ -702,10 +768,12 @@ def laya_refusal(flags: ServeFlags, facts: ModelFacts | None) -> Refusal | None:
 def _laya_children(facts, flags, manifest, renv, recipes, draft, policy: Policy) -> LaunchPlan:
     """One llama-server (or adapter) child per device the policy uses, behind the proxy's Laya router."""
 
-    def servable(dev: str) -> bool:
-        return dev in DEVICE_BACKENDS and _backend_for(dev, manifest) is not None
+    def servable(dev: str, here: bool = True) -> bool:  # here: its backend can also start on this host
+        return dev in DEVICE_BACKENDS and _backend_for(dev, manifest, renv if here else None, flags) is not None
 
     default = flags.device if flags.device != "auto" else policy.default
+    if servable(default, here=False) and not servable(default):
+        raise _unstartable(default, manifest, renv, flags, f"the Laya default device {default}")
     if not servable(default):
         raise _Refused("laya-device", f"the Laya default device {default} is not in this bundle (has: {_held(manifest)}); "
                        "pass --device DEVICE or a --route-policy whose default it serves")
