@@ -24,8 +24,8 @@ def build(planned: Callable[[], tuple[Project, Plan]], *, offline: bool = False,
     preflight(plan.layout)
     toolchains = [s for s in plan.steps if s.action in ("toolchain", "root")]
     fetched = False
-    if plan.only_fetchable_missing() and toolchains:
-        refuse(plan, tools=False)
+    if plan.to_fetch and toolchains:
+        refuse(plan)  # what the host must bring is said before anything is downloaded
         with locked(plan.layout, out=False):
             Executor(replace(plan, steps=toolchains), project, offline=offline, console=console).run()
         project, plan = planned()

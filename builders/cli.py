@@ -57,11 +57,15 @@ def format_plan(plan: Plan, *, cached: Callable[[Step], bool] | None = None, ver
     keys that differ from the caller's, so a step pastes into a shell."""
     caller = dict(os.environ if caller_env is None else caller_env)
     out = [f"plan {plan.bundle} {plan.version} build {plan.build_number} ({plan.platform}): {len(plan.steps)} steps"
+           + (f", {len(plan.to_fetch)} input(s) to fetch" if plan.to_fetch else "")
            + (f", {len(plan.missing)} toolchain(s) missing" if plan.missing else "")
            + (f", {len(plan.refusals)} variant(s) refused" if plan.refusals else "")]
     if plan.missing:
-        out.append("missing toolchains (a build stops before doing anything):")
+        out.append("missing on this host (a build stops before doing anything):")
         out += [f"  - {line}" for line in plan.missing]
+    if plan.to_fetch:
+        out.append(f"to fetch (the build does it first; `1bit-build fetch {plan.bundle}` does only that):")
+        out += [f"  - {line}" for line in plan.to_fetch]
     if plan.refusals:
         out.append("refused (these variants are left out):")
         out += [f"  - {line}" for line in plan.refusals]
@@ -73,6 +77,7 @@ def format_plan(plan: Plan, *, cached: Callable[[Step], bool] | None = None, ver
         out.append(f"{i:>3}  {step.id:<{width}}  {what:<{WHAT_WIDTH}}  {step.key[:12]}  {state}".rstrip())
         if verbose:
             out.append(f"     # {step.title}")
+            out += [f"     #   {line}" for line in step.describe]  # what it does that is no command of its own
             shown = dict(caller)
             cwd = None
             for cmd in step.commands:
@@ -102,7 +107,8 @@ def unbuildable(plan: Plan) -> int:
     why = ", ".join(x for x in (f"{len(plan.missing)} toolchain(s) missing" if plan.missing else "",
                                 f"{len(plan.refusals)} variant(s) refused" if plan.refusals else "") if x)
     console.print(f"error: this host cannot build bundle {plan.bundle!r}: {why} (listed first above); build a subset "
-                  "with --only", style="bold red", highlight=False, soft_wrap=True, markup=False)
+                  f"with `1bit-build build {plan.bundle} --only RECIPE`", style="bold red", highlight=False,
+                  soft_wrap=True, markup=False)
     return 1
 
 

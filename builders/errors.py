@@ -11,6 +11,13 @@ class OnebitError(Exception):
         self.where = where
         self.hint = hint
 
+    def for_bundle(self, bundle: str) -> "OnebitError":
+        """The error with BUNDLE in its hint filled in: a step deep down (an offline fetch) says `1bit-build fetch
+        BUNDLE`; the executor, which knows the bundle, names it."""
+        if self.hint and "BUNDLE" in self.hint:
+            self.hint = self.hint.replace("BUNDLE", bundle)
+        return self
+
     def __str__(self) -> str:
         text = f"{self.where}: {self.what}" if self.where else self.what
         if self.hint:

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from . import bundle, companions, elf, fetch, gitcmd, manifest, package, patch, stage, swap, toolchain, toolchain_record
 from .config import Project
-from .errors import BuildError, StageError
+from .errors import BuildError, OnebitError, StageError
 from .kinds import KINDS
 from .plan import clobbers, may_lack_under
 from .session import log_to, new_console
@@ -117,7 +117,10 @@ class Executor:
                     self.log(f"step {i}/{len(self.plan.steps)} {step.id}: {step.title}")
                 task = progress.add_task(step.title, total=None)
                 started = time.monotonic()
-                ACTIONS[step.action](self, step, progress, task)
+                try:
+                    ACTIONS[step.action](self, step, progress, task)
+                except OnebitError as exc:
+                    raise exc.for_bundle(self.plan.bundle)
                 self._stamp(step)
                 self.report.seconds[step.id] = time.monotonic() - started
                 self.report.ran.append(step.id)

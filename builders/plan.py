@@ -55,8 +55,15 @@ def tool_values(variant: Variant, facts: Mapping[str, ToolFact]) -> dict[str, st
     return values
 
 
-def missing_tools(variant: Variant, facts: Mapping[str, ToolFact], *, fetchable_only: bool = False) -> list[str]:
-    """One line per required tool that is absent or too old, saying what to do."""
+def fetched(tool: Tool, fact: ToolFact | None) -> bool:
+    """Pure: whether an absent tool is one the build fetches first (a pinned input not yet assembled, or a tool of a
+    build root that is not assembled yet), so the host need not bring it."""
+    return fact is not None and not fact.found and fact.override is None and (fact.fetchable or (tool.pinned and not tool.root))
+
+
+def missing_tools(variant: Variant, facts: Mapping[str, ToolFact]) -> list[str]:
+    """One line per required tool the host must bring (absent, or too old), saying what to do. What the build fetches
+    itself is not missing (`to_fetch`)."""
     out = []
     for tool in variant.toolchain:
         if tool.optional:
@@ -64,23 +71,13 @@ def missing_tools(variant: Variant, facts: Mapping[str, ToolFact], *, fetchable_
         fact = facts.get(tool.key)
         label = f"{tool.tool}{' ' + tool.version if tool.version else ''}"
         why = f" ({tool.why})" if tool.why else ""
-        fetchable = fact is not None and not fact.found and (fact.fetchable or (
-            tool.pinned and not tool.root and fact.override is None))
-        if fetchable_only and not fetchable:
+        if fetched(tool, fact):
             continue
         if fact is None or not fact.found:
             if tool.root and fact is not None and fact.override is None:
-                out.append(f"{label} for {variant.id}: " + (
-                    f"build root {tool.root} is not assembled; `1bit-build fetch BUNDLE` downloads its packages "
-                    f"(sha256-checked) and assembles it" if fact.fetchable else
-                    f"not in build root {tool.root} at {fact.path}; add its package to roots/{tool.root}.yaml and run "
-                    f"`1bit-build roots resolve {tool.root}`")
-                    + (f", or set {tool.env} to override it with a toolkit" if tool.env else "") + why)
-            elif tool.pinned and fact is not None and fetchable:
-                inputs = [w.requirement for w in tool.wheels] + [d.name for d in tool.debs]
-                out.append(f"{label} for {variant.id}: not at {fact.path}; `1bit-build fetch BUNDLE` downloads "
-                           f"{', '.join(inputs)} (sha256-checked) into the cache"
-                           f"{', or set ' + tool.env + ' to override them with a toolkit' if tool.env else ''}{why}")
+                out.append(f"{label} for {variant.id}: not in build root {tool.root} at {fact.path}; add its package to "
+                           f"roots/{tool.root}.yaml and run `1bit-build roots resolve {tool.root}`"
+                           + (f", or set {tool.env} to override it with a toolkit" if tool.env else "") + why)
             elif tool.env:
                 out.append(f"{label} for {variant.id}: not found at {fact.path if fact else tool.path}; "
                            f"set {tool.env} to the toolchain root{why}")
@@ -91,6 +88,44 @@ def missing_tools(variant: Variant, facts: Mapping[str, ToolFact], *, fetchable_
         elif not version_ok(fact.version, tool.version):
             out.append(f"{label} for {variant.id}: found {fact.version or 'an unknown version'} at {fact.path}; "
                        f"need {tool.version}{' (set ' + tool.env + ')' if tool.env else ''}")
+    return out
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.0f} MiB"
+
+
+def to_fetch(project: Project, variants: Sequence[Variant], facts: Mapping[str, ToolFact]) -> list[str]:
+    """Pure: what the build fetches and assembles before anything else, one line per build root and per pinned
+    toolchain input (with its size where the pin states it, the variants that use it, and the variables that would
+    replace it), in the order the variants name them."""
+    groups: dict[str, dict] = {}
+    for variant in variants:
+        for tool in variant.toolchain:
+            fact = facts.get(tool.key)
+            if tool.optional or not fetched(tool, fact):
+                continue
+            if tool.root and not (tool.wheels or tool.debs):
+                pin = project.roots[tool.root]
+                g = groups.setdefault(f"root:{tool.root}", {
+                    "what": f"build root {tool.root}: {len(pin.resolved)} Debian package(s), {_mib(pin.download_size)}",
+                    "users": [], "env": []})
+            else:
+                sizes = [d.size for d in tool.debs]
+                size = f", {_mib(sum(sizes))}" if tool.debs and all(sizes) else ""
+                what = (f"{len(tool.debs)} Debian package(s){size}" if tool.debs else
+                        ", ".join(w.requirement for w in tool.wheels) + (" (wheel)" if len(tool.wheels) == 1 else " (wheels)"))
+                inputs = sorted([w.sha256 for w in tool.wheels] + [d.sha256 for d in tool.debs])  # its identity
+                g = groups.setdefault(f"tool:{tool.tool}:{digest(inputs)}", {
+                    "what": f"{tool.tool}: {what}", "users": [], "env": []})
+            if variant.id not in g["users"]:
+                g["users"].append(variant.id)
+            if tool.env and tool.env not in g["env"]:
+                g["env"].append(tool.env)
+    out = []
+    for g in groups.values():
+        env = f"; {', '.join(g['env'])} would replace {'them' if g['what'].startswith('build root') else 'it'}" if g["env"] else ""
+        out.append(f"{g['what']} (for {', '.join(g['users'])}{env})")
     return out
 
 
@@ -139,23 +174,23 @@ class Source:
 
 
 def plan_fetch(pin: Pin, layout: Layout, may_lack: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> Step:
-    commands = []
+    """The pin's commit into the content-addressed git cache from the first of its mirrors that has it (builders/fetch.py,
+    git through builders/gitcmd.py); the step runs no command of its own, so the plan describes the mirrors in order."""
+    describe = []
     dirs = layout.mirror_dirs if layout.mirror_dirs is not None else (Path(f"${MIRRORS_ENV}"),)
     for mirror in pin.fetch_order(dirs):
         if mirror.kind == "mirror_dir":  # its objects copied (a partial clone: only if the absent files are tolerated)
-            commands.append(Command(("git", "--git-dir", mirror.spec, "pack-objects", "--stdout",
-                                     f"<objects of {pin.commit}>")))
+            describe.append(f"from the mirror directory {mirror.spec}: its objects of {pin.short} copied")
         elif mirror.kind == "pypi_sdist":
             spec = mirror.spec
-            dest = layout.downloads() / spec["sha256"]
-            commands.append(Command(("pip", "download", "--no-deps", "--no-binary", spec["package"],
-                                     "--dest", str(dest), f"{spec['package']}=={spec['version']}")))
-            commands.append(Command(("git", "fetch", f"<{spec['package']}-{spec['version']}>/{spec['git_dir']}", pin.commit)))
+            describe.append(f"from the sdist {spec['package']}=={spec['version']} (sha256 {spec['sha256'][:12]}…, "
+                            f"into {layout.downloads() / spec['sha256']}): its {spec['git_dir']}")
         else:
-            commands.append(Command(("git", "fetch", "--depth=1", mirror.spec, pin.commit)))
+            describe.append(f"from {mirror.spec}: git fetch --depth=1 {pin.commit}")
+    describe.append(f"verified: the commit's object id is {pin.commit}")
     return Step(id=f"fetch:{pin.name}", action="fetch",
                 title=f"fetch {pin.name} @ {pin.short} (verified by commit SHA; mirrors in order)",
-                key=digest("fetch", pin.url, pin.commit), commands=tuple(commands),
+                key=digest("fetch", pin.url, pin.commit), describe=tuple(describe),
                 data=FetchData(pin=pin.name, commit=pin.commit, dest=str(layout.git_cache(pin.commit)), may_lack=may_lack))
 
 
@@ -183,8 +218,7 @@ def plan_submodules(layout: Layout, pin: Pin, want: Sequence[str]) -> Step:
     return Step(id=f"fetch:submodules:{pin.name}", action="submodules",
                 title=f"fetch submodules of {pin.name} @ {pin.short} at their gitlinks ({', '.join(want)})",
                 key=digest("submodules", pin.url, pin.commit, sorted(want)),
-                commands=tuple(Command(("git", "fetch", "--depth=1", f"<.gitmodules url of {p}>", f"<gitlink of {p}>"))
-                               for p in want),
+                describe=tuple(f"{p}: its .gitmodules URL fetched at the gitlink {pin.short} records" for p in want),
                 needs=(f"fetch:{pin.name}",),
                 data=SubmodulesData(pin=pin.name, commit=pin.commit, url=pin.url, want=tuple(want),
                                     lock=str(submodules_lock(layout, pin, want)), git_dir=str(layout.git_cache(pin.commit))))
@@ -227,13 +261,12 @@ def plan_source(project: Project, variant: Variant, layout: Layout, steps: dict[
                          "--detach", str(src), pin.commit))]
         cmds += [Command(("git", "--git-dir", str(layout.git_cache(e.commit)), "worktree", "add", "--quiet", "--force",
                           "--detach", f"{src}/{into}", e.commit)) for e, into in extra]
-        for p in patches:
-            cmds += [Command(("git", "-C", str(src), "apply", "--check", str(p.path))),
-                     Command(("git", "-C", str(src), "apply", str(p.path)))]
+        describe = tuple(f"apply {p.path.relative_to(project.root) if p.path.is_relative_to(project.root) else p.path} "
+                         "(builders/patch.py: checked first; refused in one line if it no longer applies)" for p in patches)
         steps[step_id] = Step(
             id=step_id, action="source",
             title=f"check out {recipe.pin_name} @ {pin.short}" + (f" and apply {len(patches)} patch(es)" if patches else ""),
-            key=key, commands=tuple(cmds),
+            key=key, commands=tuple(cmds), describe=describe,
             needs=tuple(f"fetch:{p.name}" for p in [pin] + [e for e, _ in extra]) + ((f"fetch:submodules:{pin.name}",) if subs else ()),
             data=SourceData(dir=str(src), pin=pin.name, commit=pin.commit, patches=tuple(str(p.path) for p in patches),
                             extra=tuple(ExtraSource(e.name, e.commit, into) for e, into in extra), where=str(recipe.path),
@@ -253,8 +286,8 @@ def plan_crates(layout: Layout, recipe: Recipe, source: Source, root: Root | Non
                 title=f"cargo vendor the crates of {manifest} for {recipe.name} {where}, network on "
                       "(cached by source, offline afterwards)",
                 key=key,
-                commands=(Command(("cargo", "vendor", "--locked", "--versioned-dirs", "--manifest-path",
-                                   f"{source.dir}/{manifest}", f"{dest}/vendor")),),
+                describe=(f"cargo vendor --locked --versioned-dirs --manifest-path {source.dir}/{manifest}: into "
+                          f"{dest}/vendor, written aside and swapped",),
                 needs=(*((source.step_id,) if source.step_id else ()), *((root_step_id(root.name),) if root else ())),
                 data=CratesData(source=source.dir, manifest=manifest, dir=str(dest), where=str(recipe.path), root=root))
 
@@ -267,8 +300,8 @@ def plan_hf(layout: Layout, pin: Pin) -> Step:
     return Step(id=f"fetch:hf:{pin.name}", action="hf",
                 title=f"fetch {len(files)} file(s) of {hf['repo']} @ {str(hf.get('revision'))[:7]} (sha256 from pins.yaml)",
                 key=key,
-                commands=tuple(Command(("GET", f"<endpoint>/{hf['repo']}/resolve/{hf.get('revision')}/{name}"))
-                               for name in sorted(files)),
+                describe=tuple(f"GET <the Hugging Face endpoint>/{hf['repo']}/resolve/{hf.get('revision')}/{name}, "
+                               f"sha256 {files[name][:12]}…" for name in sorted(files)),
                 data=HfData(pin=pin.name, repo=hf["repo"], revision=hf.get("revision"), files=tuple(sorted(files.items())),
                             dir=str(layout.cache / "hf" / key[:16]), where=pin.where))
 
@@ -306,15 +339,16 @@ def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[St
         if not (tool.pinned and fact is not None and fact.root == str(pinned_root(tool, layout.cache / "toolchains"))):
             continue
         what = f"{len(tool.wheels)} wheel(s)" if tool.wheels else f"{len(tool.debs)} Debian package(s)"
-        commands = tuple(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", w.requirement))
-                         for w in tool.wheels)
-        commands += tuple(Command(("curl", "-fo", d.name, f"<debian archive>/{d.path}")) for d in tool.debs)
+        describe = tuple(f"the wheel {w.requirement} (sha256 {w.sha256[:12]}…): its {w.root}/ unpacked" for w in tool.wheels)
+        describe += tuple(f"{d.path} from the Debian archives (sha256 {d.sha256[:12]}…): its data unpacked"
+                          for d in tool.debs)
+        describe += (f"assembled into {fact.root}",)
         out.append(Step(
             id=f"toolchain:{tool.tool}", action="toolchain",
             title=f"fetch {what} (sha256-checked) and assemble the {tool.tool} toolchain",
             key=digest("toolchain", fact.root, [dataclasses.astuple(w) for w in tool.wheels],
                        [dataclasses.astuple(d) for d in tool.debs]),
-            commands=commands,
+            describe=describe,
             data=ToolchainData(tool=tool.tool, wheels=tool.wheels, dest=fact.root, debs=tool.debs)))
     return out
 
@@ -353,7 +387,8 @@ def plan_root(project: Project, variant: Variant, host: HostFacts, layout: Layou
                  title=f"fetch {len(pin.resolved)} Debian package(s) ({pin.download_size / 2**20:.0f} MiB, sha256-checked) "
                        f"and assemble build root {name}",
                  key=digest("root", pin.key),
-                 commands=(Command(("1bit-build", "roots", "assemble", name)),),
+                 describe=(f"every package of roots/{name}.yaml by pool path and sha256, unpacked (no maintainer "
+                           f"script runs) into {dest}, as `1bit-build roots assemble {name}` does",),
                  data=RootData(name=name, dest=dest, key=pin.key, where=str(pin.path)))]
 
 
@@ -372,8 +407,8 @@ def plan_wheels(recipe: Recipe, host: HostFacts, layout: Layout) -> list[Step]:
     where = layout.wheels(key)
     return [Step(id=f"fetch:wheels:{recipe.name}", action="wheels",
                  title=f"fetch {len(wheels)} Python requirement(s) as wheels for {recipe.name}", key=key,
-                 commands=tuple(Command(("pip", "download", "--no-deps", "--only-binary", ":all:", "--python-version", p,
-                                         "--dest", f"{where}/cp{p.replace('.', '')}", *wheels)) for p in pythons),
+                 describe=tuple(f"pip download --no-deps --only-binary :all: --python-version {p} --dest "
+                                f"{where}/cp{p.replace('.', '')} {' '.join(wheels)}" for p in pythons),
                  data=WheelsData(dir=str(where), requirements=tuple(wheels), pythons=pythons))]
 
 
@@ -696,6 +731,7 @@ def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layou
                 host=host)
     steps: dict[str, Step] = {}
     packages: list[Step] = []
+    built: list[Variant] = []
     for variant in variants:
         if only and variant.id not in only and variant.recipe.name not in only:
             continue
@@ -704,10 +740,10 @@ def make_plan(project: Project, bundle_name: str, host: HostFacts, layout: Layou
             plan.refusals += refused
             continue
         plan.missing += missing_tools(variant, host.tools)
-        plan.fetchable += missing_tools(variant, host.tools, fetchable_only=True)
+        built.append(variant)
         packages.append(variant_steps(project, variant, host, layout, bn, version, steps, apply_overrides(variant, overrides)))
-    rooted = sorted({f"{v.id} ({v.build_root})" for v in variants if v.build_root
-                     and (not only or v.id in only or v.recipe.name in only) and not refusal(project, v)})
+    plan.to_fetch = to_fetch(project, built, host.tools)
+    rooted = sorted({f"{v.id} ({v.build_root})" for v in built if v.build_root})
     if rooted and host.sandbox:
         plan.missing.append(f"build roots for {', '.join(rooted)}: {host.sandbox}")
     if packages:

@@ -245,6 +245,7 @@ class Step:
     commands: tuple[Command, ...] = ()
     needs: tuple[str, ...] = ()
     data: Any = None  # one of the payload types above, by action
+    describe: tuple[str, ...] = ()  # what the step does that is not a command of its own (fetches, patches), in words
 
     def to_json(self) -> dict:
         return {
@@ -254,6 +255,7 @@ class Step:
             "key": self.key,
             "needs": list(self.needs),
             "commands": [c.to_json() for c in self.commands],
+            **({"describe": list(self.describe)} if self.describe else {}),
         }
 
 
@@ -315,14 +317,10 @@ class Plan:
     layout: Layout
     steps: list[Step]
     refusals: list[str] = field(default_factory=list)  # pins that are unresolved: those recipes can't be built
-    missing: list[str] = field(default_factory=list)  # toolchains that are absent, one line each
-    # of those, the ones the fetch step provides (pinned wheels or Debian packages not yet in the cache)
-    fetchable: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # what the host must bring and lacks, one line each
+    # what the build fetches and assembles first (build roots, pinned toolchain inputs), one line per input
+    to_fetch: list[str] = field(default_factory=list)
     host: Any = None  # the HostFacts the plan was made from: toolchain.json records these, never a second probe
-
-    def only_fetchable_missing(self) -> bool:
-        """Whether everything missing is a pinned toolchain input: fetch it first, then plan again."""
-        return bool(self.missing) and set(self.missing) <= set(self.fetchable)
 
     def step(self, step_id: str) -> Step:
         for s in self.steps:
@@ -338,5 +336,6 @@ class Plan:
             "platform": self.platform,
             "refusals": self.refusals,
             "missing_toolchains": self.missing,
+            "to_fetch": self.to_fetch,
             "steps": [s.to_json() for s in self.steps],
         }

@@ -288,7 +288,22 @@ def render_plain(manifest: Manifest, rows: list[Row], file=None) -> None:
             print("  ".join("-" * w for w in widths), file=out)
 
 
+def to_json(manifest: Manifest, rows: list[Row]) -> dict:
+    """Pure: the check as data (`1bit check --json`): the bundle and one object per row, COLUMNS' fields by name."""
+    return {"bundle": manifest.bundle, "version": manifest.version, "prefix": str(manifest.prefix),
+            "backends": [{"backend": r.backend, "binary": r.binary, "claimed": list(r.claimed), "seen": r.seen,
+                          "unproven": r.unproven, "self_test": r.self_test, "ok": r.ok} for r in rows]}
+
+
 def render(manifest: Manifest, rows: list[Row], file=None) -> None:
+    """A boxed table on a terminal; plain aligned rows anywhere else (a log, nox's output, a pipe, a file): a table
+    wrapped at a log's 80 columns falls apart into a column of fragments."""
+    import sys
+
+    out = file or sys.stdout
+    if not (hasattr(out, "isatty") and out.isatty()):
+        render_plain(manifest, rows, out)
+        return
     try:
         from rich.console import Console
         from rich.table import Table

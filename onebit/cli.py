@@ -316,14 +316,22 @@ def check_main(argv: list[str]) -> int:
     ap = _Parser(prog="1bit check", allow_abbrev=False,
                  description="Check the installed bundle: route rules against its manifest, and what each backend sees.")
     ap.add_argument("--manifest", help=f"bundle manifest (default: the install's; ${MANIFEST_ENV})")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = ap.parse_args(argv)
     manifest = load_manifest(default_manifest_path(args.manifest))
     rows = check(manifest)
+    bad = [r.backend for r in rows if not r.ok]
+    if args.json:
+        import json
+
+        from .check import to_json
+
+        print(json.dumps(to_json(manifest, rows), indent=2))
+        return 1 if bad else 0
     render(manifest, rows)
     unproven = [r.backend for r in rows if r.ok and r.unproven]
     if unproven:  # not a failure: nothing can prove (or disprove) these devices; the table's column says why
         print(f"1bit check: {len(unproven)} backend(s) unproven: {', '.join(unproven)}")
-    bad = [r.backend for r in rows if not r.ok]
     if bad:
         print(f"1bit check: {len(bad)} backend(s) failed: {', '.join(bad)}", file=sys.stderr)
         return 1

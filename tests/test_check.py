@@ -200,3 +200,25 @@ def test_plain_table_without_rich(tmp_path):
     assert lines[3].split() == ["cpu", "libexec/onebit/cpu/bin/llama-server", "CPU", "CPU", "ok:", "cpu"]
     assert lines[4].split() == ["vulkan", "libexec/onebit/vulkan/bin/llama-server", "Vulkan0", "Vulkan0", "ok:",
                                 "vulkan"]
+
+
+def test_off_a_terminal_check_prints_plain_rows_whatever_the_width_and_json_on_request(tmp_path):
+    """nox's log is a pipe 80 columns wide: the rows stay whole (one line per backend, no box drawing), as in a
+    file; --json gives the same rows as data."""
+    path = stub_bundle(tmp_path, STRIX)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ONEBIT_")}
+    env.update(PYTHONPATH=str(SRC), COLUMNS="80", TERM="xterm-256color")
+    r = subprocess.run([sys.executable, "-m", "onebit.cli", "check", "--manifest", str(path)],
+                       env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not any(ch in r.stdout for ch in "─│┃━┏┡└"), r.stdout
+    lines = r.stdout.splitlines()
+    for backend in STRIX:
+        [line] = [ln for ln in lines if ln.split()[:1] == [backend]]
+        assert line.split()[-1] != "self-test" and len(line.split()) > 4, line  # the whole row on one line
+    j = subprocess.run([sys.executable, "-m", "onebit.cli", "check", "--manifest", str(path), "--json"],
+                       env=env, capture_output=True, text=True, timeout=120, check=False)
+    doc = json.loads(j.stdout)
+    assert j.returncode == 0 and doc["bundle"] == "test"
+    assert sorted(b["backend"] for b in doc["backends"]) == sorted(STRIX)
+    assert all(b["ok"] for b in doc["backends"])

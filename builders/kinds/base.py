@@ -35,8 +35,10 @@ class BuildKind(Protocol):
     def install(self, ctx: KindContext) -> list[Command]: ...
 
 
-def env_items(ctx: KindContext, *, flag_env: bool = True, **more: str) -> tuple[tuple[str, str], ...]:
+def env_items(ctx: KindContext, *, flag_env: bool = True, variables: tuple[str, ...] | None = None,
+              **more: str) -> tuple[tuple[str, str], ...]:
     """The recipe's environment, the builder's own settings, and (flag_env) the path maps appended to the compiler
-    flag variables that the build system reads from the environment (CFLAGS, CXXFLAGS, CUDAFLAGS, RUSTFLAGS, KCFLAGS...)."""
-    env = flags.prefix_map_env(ctx.maps, ctx.env) if flag_env else dict(ctx.env)
+    flag variables that the build system reads from the environment (`variables`: the ones this build reads; default
+    every one: CFLAGS, CXXFLAGS, CUDAFLAGS, RUSTFLAGS, KCFLAGS...)."""
+    env = flags.prefix_map_env(ctx.maps, ctx.env, variables) if flag_env else dict(ctx.env)
     return tuple(sorted({**env, **ctx.extra_env, **more}.items()))

@@ -13,6 +13,7 @@ options (everything else is an error of the recipe, not a cargo flag):
 from __future__ import annotations
 
 from ..plan_types import Command
+from . import flags
 from .base import env_items
 
 
@@ -38,7 +39,7 @@ class CargoKind:
             argv += ["--features", features]
         if crate_type:
             argv += ["--lib", "--crate-type", crate_type]
-        return [Command(tuple(argv), env=env_items(ctx))]
+        return [Command(tuple(argv), env=env_items(ctx, variables=flags.CARGO_FLAG_VARIABLES))]
 
     def install(self, ctx) -> list[Command]:
         pairs = str(dict(ctx.options).get("install", "")).split()

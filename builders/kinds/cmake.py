@@ -38,7 +38,9 @@ class CMakeKind:
     def build(self, ctx) -> list[Command]:
         # HIP sources through ccache too: the environment variable (CMake >= 3.17) sets the launcher only in a project
         # that enables the HIP language, so no -D goes unused in one that does not
-        env = env_items(ctx, **({"CMAKE_HIP_COMPILER_LAUNCHER": ctx.launcher} if ctx.launcher else {}))
+        variables = flags.cmake_flag_variables(ctx.options)
+        env = env_items(ctx, variables=variables,
+                        **({"CMAKE_HIP_COMPILER_LAUNCHER": ctx.launcher} if ctx.launcher and "HIPFLAGS" in variables else {}))
         build = ["cmake", "--build", ctx.build, "--parallel", str(ctx.jobs)]
         targets = [t for t in ctx.targets if t != "all"]
         if targets:
@@ -49,7 +51,7 @@ class CMakeKind:
         ]
 
     def install(self, ctx) -> list[Command]:
-        return [Command(("cmake", "--install", ctx.build), env=env_items(ctx, DESTDIR=ctx.destdir))]
+        return [Command(("cmake", "--install", ctx.build), env=env_items(ctx, flag_env=False, DESTDIR=ctx.destdir))]
 
 
 STALE_MARKER = "Manually-specified variables were not used by the project:"

@@ -66,11 +66,13 @@ def append(value: str | None, more: Iterable[str]) -> str:
     return " ".join(([str(value)] if value not in (None, "") else []) + list(more))
 
 
-def prefix_map_env(maps: Maps, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Pure: `base` with the maps appended to every compiler flag variable (existing flags kept first)."""
+def prefix_map_env(maps: Maps, base: Mapping[str, str] | None = None,
+                   variables: Iterable[str] | None = None) -> dict[str, str]:
+    """Pure: `base` with the maps appended to the compiler flag variables the build reads (`variables`, default every
+    one of ENV_FLAGS), existing flags kept first."""
     env = dict(base or {})
-    for var, family in ENV_FLAGS.items():
-        more = flags(maps, family)
+    for var in (ENV_FLAGS if variables is None else variables):
+        more = flags(maps, ENV_FLAGS[var])
         if more:
             env[var] = append(env.get(var), more)
     return env
@@ -107,3 +109,17 @@ def make_variables(variables: Mapping[str, str], maps: Maps) -> dict[str, str]:
         if family:
             out[k] = append(v, flags(maps, family))
     return out
+
+
+def cmake_flag_variables(options: Mapping[str, object]) -> tuple[str, ...]:
+    """Pure: the flag variables a CMake configure reads for the languages it compiles: C and C++ always; HIP and CUDA
+    where the recipe sets their CMake variables (CMAKE_HIP_*, CMAKE_CUDA_*: a project that enables the language);
+    Objective-C where it sets CMAKE_OBJC*. Nothing else is put in its environment (no KCFLAGS or RUSTFLAGS)."""
+    out = ["CFLAGS", "CXXFLAGS"]
+    for prefix, var in (("CMAKE_HIP_", "HIPFLAGS"), ("CMAKE_CUDA_", "CUDAFLAGS"), ("CMAKE_OBJC", "OBJCFLAGS")):
+        if any(str(k).startswith(prefix) for k in options):
+            out.append(var)
+    return tuple(out)
+
+
+CARGO_FLAG_VARIABLES = ("RUSTFLAGS", "CFLAGS", "CXXFLAGS")  # rustc, and the cc-rs build scripts' C compilers

@@ -23,7 +23,7 @@ class ZigKind:
             argv.append(f"-Doptimize={optimize}")
         argv += [f"-D{k}={zig_value(v)}" for k, v in options.items()]
         argv += ["--prefix", ctx.build_prefix, "--cache-dir", f"{ctx.build}/zig-cache", "-j" + str(ctx.jobs)]
-        return [Command(tuple(argv), cwd=ctx.source, env=env_items(ctx, ZIG_GLOBAL_CACHE_DIR=f"{ctx.build}/zig-global-cache"))]
+        return [Command(tuple(argv), cwd=ctx.source, env=env_items(ctx, flag_env=False, ZIG_GLOBAL_CACHE_DIR=f"{ctx.build}/zig-global-cache"))]
 
     def install(self, ctx) -> list[Command]:
         # `zig build --prefix` installed into the build dir; staging copies it
