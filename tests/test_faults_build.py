@@ -347,22 +347,20 @@ def _as_nobody() -> bool:
 
 # third-party top-level modules that importing every build-side module loads (the CLI's imports and more), as paths
 _THIRD_PARTY = """
-import importlib, json, os, pkgutil, sys, sysconfig
+import importlib, json, os, pkgutil, site, sys, sysconfig
 import builders
 for m in pkgutil.walk_packages(builders.__path__, "builders."):
     if not m.name.startswith("builders.release"):
         importlib.import_module(m.name)
-std = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")}
-root = os.path.realpath(sys.argv[1])
+sites = sorted({os.path.realpath(p) for p in site.getsitepackages() + [sysconfig.get_path("purelib"),
+                sysconfig.get_path("platlib")]}, key=len, reverse=True)
 tops = set()
-for mod in list(sys.modules.values()):
+for name, mod in list(sys.modules.items()):
     f = getattr(mod, "__file__", None)
-    if not f:
+    if not f or name.split(".")[0] in ("builders", "onebit"):  # the project's own: copied apart
         continue
     f = os.path.realpath(f)
-    if f.startswith(root + os.sep) or any(f.startswith(s + os.sep) for s in std):
-        continue
-    for d in sorted((os.path.realpath(p) for p in sys.path if p), key=len, reverse=True):
+    for d in sites:
         if f.startswith(d + os.sep):
             top = os.path.join(d, os.path.relpath(f, d).split(os.sep)[0])
             if not os.path.basename(top).startswith(("__editable__", "_distutils_hack")):
@@ -417,7 +415,7 @@ def nobody_cli():
         python, paths = sys.executable, [str(py)]
         why = _nobody_imports(python, str(py), base)
         if why:
-            tops = json.loads(subprocess.run([sys.executable, "-c", _THIRD_PARTY, str(ROOT)], capture_output=True,
+            tops = json.loads(subprocess.run([sys.executable, "-c", _THIRD_PARTY], capture_output=True,
                                              text=True, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                              timeout=300).stdout)
             site = base / "site"
