@@ -26,8 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import git
-
 from . import gitcmd, http, sandbox
 from .config import file_sha256, tree_digest
 from .errors import FetchError
@@ -106,7 +104,7 @@ def absolute_url(url: str, parent_url: str) -> str:
 
 def rewritten(url: str) -> str:
     """The URL git would really fetch, after the user's url.<base>.insteadOf rules (a mirror is one config line)."""
-    proc = subprocess.run(["git", "ls-remote", "--get-url", url], capture_output=True, text=True, check=False)
+    proc = gitcmd.run(["ls-remote", "--get-url", url], user_config=True)
     return proc.stdout.strip() or url if proc.returncode == 0 else url
 
 
@@ -139,13 +137,9 @@ def fetch_submodules(git_cache: Callable[[str], Path], git_dir: Path, commit: st
                 log(f"git fetch submodule {sub.path} @ {sub.commit[:7]} from {real}")
                 try:
                     _fetch_into_new_repo(dest, real, sub.commit)
-                except FetchError as exc:
-                    raise FetchError(f"submodule {sub.path} @ {sub.commit}: {exc.what}") from None
-                except git.GitCommandError as exc:  # git's own message, one line
-                    msg = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
-                    raise FetchError(f"submodule {sub.path} @ {sub.commit} could not be fetched from {real}: "
-                                     f"{msg[-1] if msg else exc}",
-                                     hint="add a url.<mirror>.insteadOf rule to git config for this URL") from None
+                except FetchError as exc:  # git's own message (or the deadline's, or the refusal's), one line
+                    raise FetchError(f"submodule {sub.path} @ {sub.commit} could not be fetched from {real}: {exc.what}",
+                                     hint=exc.hint or "add a url.<mirror>.insteadOf rule to git config for this URL") from None
             found.append(sub)
             walk(dest, sub.commit, sub.url, sub.path + "/", None)
 

@@ -152,8 +152,9 @@ class Executor:
     def _run_one(self, cmd: Command, log, progress: Progress, task, label: str = "") -> str:
         env = cmd.environ(os.environ)
         argv = list(cmd.argv)
-        if argv[:1] == ["git"]:  # every git call hardened the one way (builders/gitcmd.py)
-            argv, env = gitcmd.argv(argv[1:]), gitcmd.env(base=env)
+        if argv[:1] == ["git"]:  # every git call hardened the one way (builders/gitcmd.py), with its deadline
+            gitcmd.refuse_special_files(argv[1:], cmd.cwd)
+            argv, env = gitcmd.bounded_argv(argv[1:]), gitcmd.env(base=env)
         for d in cmd.mkdirs:
             Path(d).mkdir(parents=True, exist_ok=True)
         log.write(f"$ {cmd.shell()}\n")

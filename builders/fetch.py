@@ -53,22 +53,21 @@ def _unique_tmp(dest: Path) -> Path:
 def verify_commit(repo_dir: Path, commit: str, absent_ok: Iterable[str] = ()) -> str | None:
     """None when repo_dir holds `commit` with every object it needs (but the blobs in `absent_ok`, which a cache entry
     copied from a partial clone records as absent); otherwise what is wrong."""
-    try:
-        repo = git.Repo(repo_dir)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+    if not Path(repo_dir).is_dir():
         return f"{repo_dir} is not a git repository"
-    try:
-        kind = repo.git.cat_file("-t", commit)
-    except git.GitCommandError:
+    kind = _git(Path(repo_dir), "cat-file", "-t", commit, check=False)
+    if kind.returncode != 0:
+        if b"not a git repository" in kind.stderr:
+            return f"{repo_dir} is not a git repository"
         return f"commit {commit} is not in the repository"
-    if kind != "commit":
-        return f"{commit} is a {kind}, not a commit"
+    if kind.stdout.decode().strip() != "commit":
+        return f"{commit} is a {kind.stdout.decode().strip()}, not a commit"
     allowed = set(absent_ok)
-    try:
-        missing = [line for line in repo.git.rev_list("--objects", "--missing=print", "-n", "1", commit).splitlines()
-                   if line.startswith("?") and line[1:] not in allowed]
-    except git.GitCommandError as exc:
-        return f"objects of {commit} are unreadable: {exc.stderr.strip()}"
+    walk = _git(Path(repo_dir), "rev-list", "--objects", "--missing=print", "-n", "1", commit, check=False)
+    if walk.returncode != 0:
+        return f"objects of {commit} are unreadable: {walk.stderr.decode(errors='replace').strip()}"
+    missing = [line for line in walk.stdout.decode(errors="replace").splitlines()
+               if line.startswith("?") and line[1:] not in allowed]
     if missing:
         return f"{len(missing)} object(s) of commit {commit} are missing (first: {missing[0][1:]})"
     return None
@@ -149,29 +148,36 @@ def cached(dest: Path, commit: str, may_lack: Sequence[MayLack] = ()) -> bool:
     return verify_commit(dest, commit, absent_ok=[o for _, o in absent]) is None
 
 
-def _fetch_into_new_repo(dest: Path, url: str, commit: str, *, timeout: int = 600, pin: str = "",
+def _fetch_into_new_repo(dest: Path, url: str, commit: str, *, timeout: float | None = None, pin: str = "",
                          served_by: str = "") -> None:
-    """git fetch exactly `commit` from url into a fresh bare repo at dest (atomic: written aside, renamed)."""
+    """git fetch exactly `commit` from url into a fresh bare repo at dest (atomic: written aside, renamed). Through
+    builders/gitcmd.py: hardened, with a deadline (`timeout`, else gitcmd's for a fetch), a local url refused before
+    git runs when it holds a special file."""
     tmp = _unique_tmp(dest)
-    repo = git.Repo.init(tmp, bare=True)
     try:
-        repo.git.fetch("--quiet", "--depth=1", "--no-tags", url, commit, kill_after_timeout=timeout,
-                       env={"GIT_TERMINAL_PROMPT": "0"})
+        gitcmd.run(["init", "--quiet", "--bare", str(tmp)], check=True)
+        proc = gitcmd.run(["--git-dir", str(tmp), "fetch", "--quiet", "--depth=1", "--no-tags", url, commit],
+                          timeout=timeout)
+        if proc.returncode != 0:
+            err = proc.stderr.strip().splitlines()
+            raise FetchError(err[-1] if err else f"git fetch exit {proc.returncode}")
         problem = verify_commit(tmp, commit)
         if problem:
             raise FetchError(problem)
-        repo.git.update_ref("refs/onebit/pinned", commit)
+        gitcmd.run(["--git-dir", str(tmp), "update-ref", "refs/onebit/pinned", commit], check=True)
         _write_record(tmp, pin, commit, served_by or f"git {url}")
         replace_dir(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def remote_tag_commit(url: str, tag: str, timeout: int = 60) -> str | None:
+def remote_tag_commit(url: str, tag: str, timeout: float = 60) -> str | None:
     """The commit a tag points at on a remote (peeled), or None if the tag is absent."""
-    out = git.Git().ls_remote("--tags", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}", kill_after_timeout=timeout,
-                              env={"GIT_TERMINAL_PROMPT": "0"})
-    refs = dict(reversed(line.split("\t")) for line in out.splitlines() if "\t" in line)
+    proc = gitcmd.run(["ls-remote", "--tags", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}"], timeout=timeout)
+    if proc.returncode != 0:
+        err = proc.stderr.strip().splitlines()
+        raise FetchError(f"cannot list the tags of {url}: {err[-1] if err else proc.returncode}")
+    refs = dict(reversed(line.split("\t")) for line in proc.stdout.splitlines() if "\t" in line)
     return refs.get(f"refs/tags/{tag}^{{}}") or refs.get(f"refs/tags/{tag}")
 
 
@@ -294,13 +300,11 @@ _NO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
 _MIRROR_ENV = {"HOME": os.devnull, "LC_ALL": "C", "GIT_NO_LAZY_FETCH": "1"}
 
 
-def _git_argv(*args: str) -> list[str]:
-    return gitcmd.argv([*_NO_GC, *args], allow_file=False)
-
-
 def _git(repo: Path, *args: str, stdin=None, stdout=subprocess.PIPE, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(_git_argv("-c", f"safe.directory={repo}", "--git-dir", str(repo), *args), stdin=stdin,
-                          stdout=stdout, stderr=subprocess.PIPE, env=gitcmd.env(_MIRROR_ENV))
+    """git on `repo` (builders/gitcmd.py: hardened, with a deadline, refused when the repository holds a special
+    file), output as bytes; FetchError when it fails and `check`."""
+    proc = gitcmd.run([*_NO_GC, "-c", f"safe.directory={repo}", "--git-dir", str(repo), *args], text=False,
+                      extra_env=_MIRROR_ENV, allow_file=False, stdin=stdin, stdout=stdout)
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise FetchError(f"git {args[0]} failed: {err[-1] if err else proc.returncode}")
@@ -361,24 +365,21 @@ def copy_from_mirror_dir(pin: Pin, repo: Path, dest: Path, may_lack: Sequence[Ma
                          + " (not matched by its source.may_lack)")
     tmp = _unique_tmp(dest)
     try:
-        subprocess.run(_git_argv("init", "--quiet", "--bare", str(tmp)), check=True, capture_output=True,
-                       env=gitcmd.env(_MIRROR_ENV))
+        gitcmd.run([*_NO_GC, "init", "--quiet", "--bare", str(tmp)], check=True, allow_file=False, extra_env=_MIRROR_ENV)
         ids = tmp / "onebit-objects"
         ids.write_text("".join(f"{oid}\n" for oid in present))
         log(f"copy {len(present)} object(s) of {pin.short} from {repo}" + (f" ({len(absent)} file(s) absent)" if absent else ""))
-        with open(ids, "rb") as ins:
-            pack = subprocess.Popen(_git_argv("-c", f"safe.directory={repo}", "--git-dir", str(repo), "pack-objects",
-                                               "--stdout", "-q"), stdin=ins, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=gitcmd.env(_MIRROR_ENV))
-            index = subprocess.run(_git_argv("--git-dir", str(tmp), "index-pack", "--stdin"), stdin=pack.stdout,
-                                   capture_output=True, env=gitcmd.env(_MIRROR_ENV))
-            assert pack.stdout is not None and pack.stderr is not None
-            pack.stdout.close()
-            pack_err = pack.stderr.read().decode(errors="replace").strip()
-            if pack.wait() != 0 or index.returncode != 0:
-                why = pack_err or index.stderr.decode(errors="replace").strip()
-                raise FetchError(f"could not copy the objects of {pin.short}: {why.splitlines()[-1] if why else 'git failed'}")
+        pack_file = tmp / "onebit-objects.pack"  # one call at a time, each with its deadline: no pipe between two gits
+        with open(ids, "rb") as ins, open(pack_file, "wb") as outs:
+            pack = _git(repo, "pack-objects", "--stdout", "-q", stdin=ins, stdout=outs, check=False)
+        if pack.returncode == 0:
+            with open(pack_file, "rb") as ins:
+                index = _git(tmp, "index-pack", "--stdin", stdin=ins, check=False)
+        if pack.returncode != 0 or index.returncode != 0:
+            why = (pack.stderr if pack.returncode != 0 else index.stderr).decode(errors="replace").strip()
+            raise FetchError(f"could not copy the objects of {pin.short}: {why.splitlines()[-1] if why else 'git failed'}")
         ids.unlink()
+        pack_file.unlink()
         header = _git(repo, "cat-file", "commit", pin.commit).stdout.decode(errors="replace").split("\n\n", 1)[0]
         if any(line.startswith("parent ") for line in header.splitlines()):  # only the pinned commit is copied: its parents are the shallow boundary, as after --depth=1
             (tmp / "shallow").write_text(pin.commit + "\n")
@@ -424,9 +425,6 @@ def fetch_pin(pin: Pin, dest: Path, downloads: Path, *, offline: bool = False, l
             raise
         except FetchError as exc:  # this mirror cannot serve it: try the next
             failures.append(f"{label}: {exc.what}")
-            continue
-        except git.GitCommandError as exc:
-            failures.append(f"{label}: {(exc.stderr or str(exc)).strip().splitlines()[-1] if (exc.stderr or str(exc)).strip() else exc}")
             continue
         if how is None:
             failures.append(f"{label}: skipped (offline)")

@@ -100,7 +100,7 @@ def apply_all(worktree: Path, patches: Sequence[Path], *, where: str = "") -> li
                                      "the patches applied before it were reversed")
                 applied.append(patch)
             results.append(result)
-    except PatchError:
+    except (PatchError, gitcmd.GitError):  # a check that failed, or a git call past its deadline
         for done in reversed(applied):
             _git_apply(worktree, done, "--reverse")
         raise

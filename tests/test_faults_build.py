@@ -338,15 +338,107 @@ def test_patch_failing_after_its_check_leaves_the_tree_as_it_was(tmp_path, monke
 
 
 NOBODY = 65534
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
 
 def _as_nobody() -> bool:
     return os.geteuid() == 0 and shutil.which("setpriv") is not None
 
 
-@pytest.mark.skipif(not _as_nobody(), reason="needs root and setpriv to run the build as an unprivileged user")
+# third-party top-level modules that importing every build-side module loads (the CLI's imports and more), as paths
+_THIRD_PARTY = """
+import importlib, json, os, pkgutil, site, sys, sysconfig
+import builders
+for m in pkgutil.walk_packages(builders.__path__, "builders."):
+    if not m.name.startswith("builders.release"):
+        importlib.import_module(m.name)
+sites = sorted({os.path.realpath(p) for p in site.getsitepackages() + [sysconfig.get_path("purelib"),
+                sysconfig.get_path("platlib")]}, key=len, reverse=True)
+tops = set()
+for name, mod in list(sys.modules.items()):
+    f = getattr(mod, "__file__", None)
+    if not f or name.split(".")[0] in ("builders", "onebit"):  # the project's own: copied apart
+        continue
+    f = os.path.realpath(f)
+    for d in sites:
+        if f.startswith(d + os.sep):
+            top = os.path.join(d, os.path.relpath(f, d).split(os.sep)[0])
+            if not os.path.basename(top).startswith(("__editable__", "_distutils_hack")):
+                tops.add(top)
+            break
+print(json.dumps(sorted(tops)))
+"""
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A world-readable file shares its inode (no bytes copied); any other is copied and made readable."""
+    if os.stat(src).st_mode & 0o004:
+        try:
+            os.link(src, dst)
+            return
+        except OSError:
+            pass
+    shutil.copy2(src, dst)
+    os.chmod(dst, os.stat(dst).st_mode | 0o444)
+
+
+def _open_folders(top: Path) -> None:
+    for d in (top, *(p for p in top.rglob("*") if p.is_dir() and not p.is_symlink())):
+        os.chmod(d, 0o755)
+
+
+def _nobody_imports(python: str, pythonpath: str, cwd: Path) -> str | None:
+    """None when nobody can run `python` and import the CLI from `pythonpath`; else the last line it printed."""
+    proc = subprocess.run([*AS_NOBODY, python, "-c", "import builders.cli, builders.build"], capture_output=True,
+                          text=True, cwd=cwd, timeout=120, check=False,
+                          env={"PATH": os.defpath, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"})
+    return None if proc.returncode == 0 else ((proc.stderr or proc.stdout).strip().splitlines() or ["no message"])[-1]
+
+
+@pytest.fixture(scope="module")
+def nobody_cli():
+    """(python, PYTHONPATH, a folder nobody can enter) to run `python -m builders.cli` as nobody from a readable copy.
+
+    The checkout may lie under a folder nobody cannot enter (root's home is 0700 on a stock Debian, and README command
+    2 makes its venv inside the checkout): the project's packages are copied into a world-readable folder first on
+    PYTHONPATH. Where nobody cannot import the libraries of this interpreter's environment either, the environment's
+    own interpreter runs with a copy of the third-party modules the build side imports (hard links where they can
+    be). Where even that cannot run as nobody, the tests that need it are skipped with the reason in one line."""
+    if not _as_nobody():
+        pytest.skip("needs root and setpriv to run the build as an unprivileged user")
+    base = Path(tempfile.mkdtemp(prefix="onebit-nobody-"))
+    try:
+        py = base / "py"
+        for pkg in ("builders", "onebit"):
+            shutil.copytree(ROOT / pkg, py / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        _open_folders(base)
+        python, paths = sys.executable, [str(py)]
+        why = _nobody_imports(python, str(py), base)
+        if why:
+            tops = json.loads(subprocess.run([sys.executable, "-c", _THIRD_PARTY], capture_output=True,
+                                             text=True, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                             timeout=300).stdout)
+            site = base / "site"
+            site.mkdir()
+            for top in map(Path, tops):
+                if top.is_dir():
+                    shutil.copytree(top, site / top.name, copy_function=_link_or_copy,
+                                    ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    _link_or_copy(str(top), str(site / top.name))
+            _open_folders(site)
+            python, paths = os.path.realpath(sys.executable), [str(py), str(site)]
+            why = _nobody_imports(python, os.pathsep.join(paths), base)
+        if why:
+            pytest.skip(f"nobody cannot run the build side even from a readable copy in {base}: {why}")
+        yield python, os.pathsep.join(paths), base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.mark.parametrize("which", ["cache", "work", "out"])
-def test_permission_denied_directory_is_one_line_and_nothing_changes(which):
+def test_permission_denied_directory_is_one_line_and_nothing_changes(which, nobody_cli):
+    python, pythonpath, readable = nobody_cli
     base = Path(tempfile.mkdtemp(prefix="onebit-perm-"))
     try:
         os.chmod(base, 0o755)
@@ -365,10 +457,12 @@ def test_permission_denied_directory_is_one_line_and_nothing_changes(which):
         os.chown(home, NOBODY, NOBODY)
         before = snapshot(base / "runs", locked)
         proc = subprocess.run(
-            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-m", "builders.cli",
+            [*AS_NOBODY, python, "-m", "builders.cli",
              "--root", str(mini.root), "--cache", str(dirs["cache"]), "--work", str(dirs["work"]), "--out", str(dirs["out"]),
              "build", "mini", "--offline"],
-            capture_output=True, text=True, env={**cli_env(), "HOME": str(home)}, cwd=ROOT, check=False, timeout=300)
+            capture_output=True, text=True, env={**cli_env(), "HOME": str(home), "PYTHONPATH": pythonpath,
+                                                 "PYTHONDONTWRITEBYTECODE": "1"},
+            cwd=readable, check=False, timeout=300)
         assert proc.returncode == 2, proc.stderr
         err = one_error_line(proc.stderr)
         assert f"cannot write the {which} directory" in err and "permission denied" in err and "nothing was changed" in err

@@ -5,8 +5,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -462,3 +465,100 @@ def test_the_mirror_dir_option_reaches_the_layout(argv, env, want, monkeypatch):
         monkeypatch.setenv(k, v)
     args = build_parser().parse_args([*argv, "plan", "cpu"])
     assert layout_for(args, "cpu").mirror_dirs == tuple(Path(p) for p in want)
+
+
+# ---- a hostile mirror: special files git would block on, a git that never ends -----------------------------------
+def team_mirror(name: str, tmp_path: Path) -> tuple[Path, str]:
+    """(a writable copy of the team's mirror `<name>.git` in tmp_path/mirrors, the pinned commit it holds); skipped
+    where no mirror directory ($ONEBIT_GIT_MIRRORS) holds it. The team's mirrors are only read."""
+    pin = config.load_project(ROOT).pins[name]
+    found = next((d / f"{name}.git" for d in fetch.mirror_dirs((), os.environ) if (d / f"{name}.git").is_dir()), None)
+    if found is None:
+        pytest.skip(f"no mirror directory holds {name}.git (set {config.MIRRORS_ENV}; `nox -s tests` uses ../shared/mirrors)")
+    copy = tmp_path / "mirrors" / f"{name}.git"
+    shutil.copytree(found, copy, symlinks=True)
+    return copy, pin.commit
+
+
+def fetch_cli(mini, tmp_path: Path, commit: str, mirrors: Path, timeout: float = 90, **env) -> subprocess.CompletedProcess:
+    """`1bit-build --mirror-dir MIRRORS fetch mini --offline` (the real CLI, in its own process group) for the mini
+    project pinned at `commit` of zinc's URL, which only the mirror dir can serve offline. A run past `timeout` (the
+    old code blocked on the FIFO forever) is killed with its whole group and fails the test."""
+    data = mini.pins()
+    data["pins"]["hello"].pop("tag")
+    data["pins"]["hello"].update(commit=commit, url="https://example.invalid/zinc.git", mirrors=[])
+    mini.write_pins(data)
+    argv = [sys.executable, "-m", "builders.cli", "--root", str(mini.root), "--cache", str(tmp_path / "cache"),
+            "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"), "--mirror-dir", str(mirrors),
+            "fetch", "mini", "--offline"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**{k: v for k, v in os.environ.items() if k != config.MIRRORS_ENV},
+                                                         "PYTHONPATH": str(ROOT), "COLUMNS": "400", **env})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"`1bit-build fetch` still running after {timeout:g} s (git blocked on the mirror)")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def processes_reading(path: Path) -> list[str]:
+    """The command lines of the processes still running that name `path`."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in cmd:
+            out.append(cmd)
+    return out
+
+
+@pytest.mark.parametrize("special", ["objects/info/alternates", "config"])
+def test_a_mirror_holding_a_fifo_is_refused_in_one_line_before_git_runs(mini, tmp_path, special):
+    """A copy of a team mirror whose objects/info/alternates (or config) is a FIFO: git would block opening it
+    forever (the old fetch step did); the fetch step refuses that mirror in one line naming the file, at once."""
+    repo, commit = team_mirror("zinc", tmp_path)
+    (repo / special).unlink(missing_ok=True)
+    (repo / special).parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(repo / special)
+    started = time.monotonic()
+    proc = fetch_cli(mini, tmp_path, commit, repo.parent)
+    took = time.monotonic() - started
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    err = proc.stderr
+    line = next(ln for ln in err.splitlines() if "1) mirror dir" in ln)
+    assert line.strip() == (f"1) mirror dir {repo}: refused before git cat-file ran: {repo / special} is a FIFO, "
+                            "not a regular file"), err
+    assert f"commit {commit} of hello could not be fetched from any mirror" in " ".join(err.split())
+    assert not (tmp_path / "cache" / "git" / f"{commit}.git").exists() and processes_reading(repo) == []
+    print(f"refused in {took:.1f} s")
+
+
+def test_a_mirror_git_blocks_on_is_killed_at_the_deadline_in_one_line(mini, tmp_path):
+    """Where the check before git runs does not look (a loose object: a repository holds too many to walk), a FIFO
+    still blocks real git: the call is killed at its deadline ($ONEBIT_GIT_TIMEOUT, here 3 s) with every process it
+    started, and that mirror is refused in one line naming the command and the repository."""
+    team, commit = team_mirror("zinc", tmp_path / "team")
+    repo = tmp_path / "mirrors" / "zinc.git"  # the team mirror's objects, loose (no pack to find the commit in)
+    git(tmp_path, "init", "-q", "--bare", str(repo))
+    for pack in sorted((team / "objects" / "pack").glob("*.pack")):
+        with open(pack, "rb") as ins:
+            subprocess.run(["git", "--git-dir", str(repo), "unpack-objects", "-q"], stdin=ins, check=True)
+    if (team / "shallow").is_file():
+        shutil.copy2(team / "shallow", repo / "shallow")
+    loose = repo / "objects" / commit[:2] / commit[2:]
+    assert loose.is_file()
+    loose.unlink()
+    os.mkfifo(loose)
+    started = time.monotonic()
+    proc = fetch_cli(mini, tmp_path, commit, repo.parent, ONEBIT_GIT_TIMEOUT="3")
+    took = time.monotonic() - started
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    line = next(ln for ln in proc.stderr.splitlines() if "1) mirror dir" in ln)
+    assert line.strip() == (f"1) mirror dir {repo}: git cat-file on {repo} did not finish within 3 s: killed with "
+                            "every process it started"), proc.stderr
+    assert processes_reading(repo) == []  # no git left blocked on the FIFO
+    print(f"killed and refused in {took:.1f} s")

@@ -24,13 +24,14 @@ BOT_NAME = "1bit pin bot"
 BOT_EMAIL = "pins-bot@1bit.invalid"
 
 
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The hardened git environment (builders/gitcmd.py) with the bot's identity unless the caller set one."""
+def _identity(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The bot's identity unless the caller set one, and `extra`: what git gets on top of the hardened environment
+    (builders/gitcmd.py)."""
     ident = {"GIT_AUTHOR_NAME": os.environ.get("GIT_AUTHOR_NAME", BOT_NAME),
              "GIT_AUTHOR_EMAIL": os.environ.get("GIT_AUTHOR_EMAIL", BOT_EMAIL)}
     ident["GIT_COMMITTER_NAME"] = os.environ.get("GIT_COMMITTER_NAME", ident["GIT_AUTHOR_NAME"])
     ident["GIT_COMMITTER_EMAIL"] = os.environ.get("GIT_COMMITTER_EMAIL", ident["GIT_AUTHOR_EMAIL"])
-    return gitcmd.env({**ident, **(extra or {})})
+    return {**ident, **(extra or {})}
 
 
 LOOPBACK_HTTP = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?/")
@@ -56,15 +57,15 @@ def auth_env(url: str, token: str | None) -> dict[str, str]:
 
 
 def git(args: Sequence[str], *, cwd: Path | str | None = None, check: bool = True, input: str | None = None,
-        what: str = "", where: str | None = None, hint: str | None = None, timeout: float = 600,
+        what: str = "", where: str | None = None, hint: str | None = None, timeout: float | None = None,
         env: dict[str, str] | None = None, allow_file: bool | None = None) -> subprocess.CompletedProcess:
-    """Run git (hardened: builders/gitcmd.py); on failure raise an OnebitError that names the command's purpose and
-    git's own message."""
+    """Run git (builders/gitcmd.py: hardened, with a deadline, `timeout` or gitcmd's); on failure raise an
+    OnebitError that names the command's purpose and git's own message."""
     try:
-        proc = subprocess.run(gitcmd.argv(args, allow_file=allow_file), cwd=cwd, capture_output=True, text=True,
-                              env=_env(env), input=input, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise OnebitError(f"{what or 'git ' + args[0]}: timed out after {timeout:.0f} s", where=where, hint=hint) from None
+        proc = gitcmd.run(args, cwd=cwd, input=input, timeout=timeout, extra_env=_identity(env), allow_file=allow_file)
+    except gitcmd.GitError as exc:  # past its deadline, or a repository it reads holds a special file
+        raise OnebitError(secrets.redact(f"{what}: {exc.what}" if what else exc.what), where=where,
+                          hint=hint or exc.hint) from None
     if check and proc.returncode != 0:
         msg = (proc.stderr or proc.stdout).strip().splitlines()
         msg = [secrets.redact(m) for m in msg if "extraheader" not in m]
