@@ -3,23 +3,30 @@ old one in one step (a reader sees the old tree or the new one, never neither, n
 its target and renamed over it. Every step, the release, `lemonade install` and the fetch caches use these."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write beside the target and rename into place: a reader sees the old file or the new one, never half."""
+    """Write beside the target and rename into place: a reader sees the old file or the new one, never half. The
+    file beside is created afresh (O_EXCL | O_NOFOLLOW, after removing whatever had its name), so a link planted under
+    that name is replaced, never written through; a link at the target itself is replaced by the rename."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name("." + path.name + ".part")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         raise
 
 
@@ -90,7 +97,7 @@ def aside(target: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".new", dir=target.parent))
 
 
-@contextmanager
+@contextlib.contextmanager
 def building(target: Path) -> Iterator[Path]:
     """Build a directory aside and swap it into place when the block finishes; on any error (or a kill) the target
     keeps what it had, and the aside directory is removed."""
@@ -100,3 +107,4 @@ def building(target: Path) -> Iterator[Path]:
         replace_dir(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
