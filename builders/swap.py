@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -108,3 +108,47 @@ def building(target: Path) -> Iterator[Path]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
+
+# ---- finished cache entries: a marker that names the entry's key, and a record that agrees ------------------------------
+MARKER = ".complete"  # in a finished entry: its key, written last inside the aside directory, before the swap
+MAX_MARKER = 1 << 20  # bytes of a marker (a key, or the list of pinned inputs it was made from)
+MAX_RECORD = 64 << 20  # bytes of an entry's record file (onebit-root.json lists every package of a root)
+ABSENT = "absent"
+
+
+def mark(tmp: Path, key: str) -> None:
+    """Finish an entry built aside (`tmp`): its marker names `key`. The caller swaps `tmp` into place next."""
+    (Path(tmp) / MARKER).write_text(key.strip() + "\n", encoding="utf-8")
+
+
+def why_untrusted(dest: Path, key: str, *, record: str | None = None,
+                  record_problem: Callable[[object], str | None] | None = None) -> str | None:
+    """None when `dest` is a finished entry for `key`: its marker (a regular file, read bounded, never through a link)
+    names exactly `key`, and its record file (when the entry has one) is JSON of which `record_problem` finds nothing
+    wrong (it checks that the record names the same key). Otherwise why not, in a few words (ABSENT: nothing there).
+    A cache entry that is not trusted is assembled again aside and swapped into place by its caller, which says why."""
+    from .readfile import UnreadableFile, read_json, read_text
+
+    dest = Path(dest)
+    if not os.path.lexists(dest):
+        return ABSENT
+    if not (dest / MARKER).exists() and not (dest / MARKER).is_symlink():
+        return f"it has no {MARKER} marker (an assembly that never finished)"
+    try:
+        text = read_text(dest / MARKER, MAX_MARKER).strip()
+    except UnreadableFile as exc:
+        return f"its {MARKER} {exc.why}"
+    if not text:
+        return f"its {MARKER} is empty"
+    if text != key.strip():
+        return f"its {MARKER} names another key ({text.splitlines()[0][:40]})"
+    if record is None:
+        return None
+    if not (dest / record).exists() and not (dest / record).is_symlink():
+        return f"its record {record} is missing"
+    try:
+        data = read_json(dest / record, MAX_RECORD)
+    except UnreadableFile as exc:
+        return f"its record {record} {exc.why}"
+    problem = record_problem(data) if record_problem else None
+    return f"its record {record} {problem}" if problem else None
