@@ -37,7 +37,6 @@ from .swap import replace_dir, write_text_atomic
 Log = Callable[[str], None]
 HF_ENDPOINT_ENV = "ONEBIT_HF_ENDPOINT"
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
-COMPLETE = ".complete"
 
 
 def _noop(_: str) -> None:

@@ -40,13 +40,14 @@ def _holder(fd: int) -> str:
 
 
 def _refuse(path: Path, what: str, why: str) -> LockFileError:
-    return LockFileError(f"the lock file of the {what} directory {why}; nothing was changed", where=str(path),
+    return LockFileError(f"the lock file of the {what} {why}; nothing was changed", where=str(path),
                          hint=f"remove it (`rm -r {path}`) if no 1bit-build is running, then run again")
 
 
 def open_lock(path: Path, what: str) -> int:
-    """The descriptor of the lock file at `path` (created 0o644 when absent), or one line saying why it is refused: a
-    link (never followed), a directory, a FIFO, a device, a file with other hard links (never written through)."""
+    """The descriptor of the lock file at `path` (created 0o644 when absent; `what` it guards, for the message), or one
+    line saying why it is refused: a link (never followed), a directory, a FIFO, a device, a file with other hard links
+    (never written through)."""
     from .readfile import kind
 
     try:

@@ -30,7 +30,6 @@ from .root_pins import (ASSEMBLY, GENERATED, Change, ResolvedDeb, RootPin, descr
                         moved_text, render, root_key)
 
 METADATA = "onebit-root.json"
-COMPLETE = ".complete"
 SNAPSHOT_ENV = "ONEBIT_DEBIAN_SNAPSHOT"  # Debian's snapshot archive, `<base>/<timestamp>/pool/...`
 ARCH = "amd64"
 # Debian's usr-merge: the top-level directories are links into usr/ (what base-files and the usrmerge scripts make)

@@ -134,7 +134,7 @@ def test_a_planted_lemonade_lock_link_leaves_its_victim_untouched(tmp_path, rele
     assert main(["lemonade", "install", str(cpu), "--cache", str(cache), "--sums", str(sha_sums)]) == 2
     err = capsys.readouterr()
     errors = [ln for ln in (err.out + err.err).splitlines() if ln.startswith("error")]
-    assert len(errors) == 1 and f"the lock file of the {what} directory is a link (to {victim})" in errors[0], errors
+    assert len(errors) == 1 and f"the lock file of the {what} is a link (to {victim})" in errors[0], errors
     assert victim.read_text() == "precious\n"
     assert json.loads((cache / "config.json").read_text()) == {"port": 8000} and not (cache / "bin" / "llamacpp").exists()
 
