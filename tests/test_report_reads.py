@@ -153,3 +153,22 @@ def test_a_bumps_file_that_is_not_a_file_is_one_line_without_a_hang(tmp_path, ma
     assert proc.returncode == 0 and proc.stdout.strip() == f"not a bump results file: it {says}", proc.stdout + proc.stderr
     with pytest.raises(OnebitError):
         bumps.load(path)
+
+
+# ---- the token holder's writes into the evaluation's folder ----------------------------------------------------------------
+def test_a_report_written_where_the_evaluator_left_links_never_writes_through_them(tmp_path):
+    """The evaluating part had the work folder read-write: links it left at a report's name, or at the name the
+    writer puts its file aside under, are replaced, never written through (report.write_file: drift.json, report.json)."""
+    from builders.pins import report
+
+    work = tmp_path / "work"
+    work.mkdir()
+    victims = [tmp_path / "authorized_keys", tmp_path / "bashrc"]
+    for v in victims:
+        v.write_text("precious\n")
+    (work / "drift.json").symlink_to(victims[0])
+    (work / ".drift.json.part").symlink_to(victims[1])
+    report.write_file(work, "drift.json", [{"pin": "x"}])
+    assert [v.read_text() for v in victims] == ["precious\n", "precious\n"]
+    assert not (work / "drift.json").is_symlink() and report.load_file(work, "drift.json", 1000) == [{"pin": "x"}]
+    assert not os.path.lexists(work / ".drift.json.part")
