@@ -35,7 +35,6 @@ from .swap import replace_dir, write_text_atomic
 Log = Callable[[str], None]
 HF_ENDPOINT_ENV = "ONEBIT_HF_ENDPOINT"
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
-COMPLETE = ".complete"
 
 
 def _noop(_: str) -> None:
@@ -108,13 +107,52 @@ def rewritten(url: str) -> str:
     return proc.stdout.strip() or url if proc.returncode == 0 else url
 
 
+MAX_LOCK = 16 << 20  # bytes of a submodules lock file
+_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def lock_key(commit: str, want: list[str]) -> dict:
+    """Pure: what a submodules lock file names as its key: the pinned commit and the submodules asked for."""
+    return {"commit": commit, "want": sorted(want)}
+
+
+def read_lock(lock: Path, key: dict | None = None) -> tuple[list[Submodule] | None, str | None]:
+    """(The submodules a lock file lists, None) when it is a regular file (bounded, never through a link) of the shape
+    fetch_submodules writes, naming `key` when one is given, every path inside the source tree and every commit a full
+    id; else (None, why not)."""
+    from .readfile import UnreadableFile, read_json
+
+    try:
+        data = read_json(lock, MAX_LOCK)
+    except UnreadableFile as exc:
+        return None, exc.why
+    if not isinstance(data, dict) or set(data) != {"commit", "want", "submodules"} or not isinstance(data["submodules"], list):
+        return None, "is not a submodules lock of this version"
+    if key is not None and {"commit": data["commit"], "want": data["want"]} != key:
+        return None, "names another commit or other submodules"
+    subs = []
+    for s in data["submodules"]:
+        if not (isinstance(s, dict) and set(s) == {"path", "url", "commit"} and all(isinstance(v, str) for v in s.values())):
+            return None, "lists a submodule of another shape"
+        parts = s["path"].split("/")
+        if not _SHA.fullmatch(s["commit"]) or s["path"].startswith("/") or "" in parts or ".." in parts or "." in parts:
+            return None, f"lists a submodule outside the source tree or at no commit ({s['path'][:80]!r})"
+        subs.append(Submodule(**s))
+    return subs, None
+
+
 def fetch_submodules(git_cache: Callable[[str], Path], git_dir: Path, commit: str, url: str, want: list[str],
                      lock: Path, *, offline: bool = False, log: Log = _noop) -> list[Submodule]:
-    """Fetch the wanted submodules of `commit` (and theirs, recursively) at their gitlinks; write the lock file."""
-    if lock.is_file():
-        subs = [Submodule(**s) for s in json.loads(lock.read_text())]
-        if all(cached(git_cache(s.commit), s.commit) for s in subs):
+    """Fetch the wanted submodules of `commit` (and theirs, recursively) at their gitlinks; write the lock file. A lock
+    file there is trusted only when it names this commit and these submodules (read_lock) and each is in the cache;
+    otherwise the submodules are found again and the lock written anew (log: why)."""
+    key = lock_key(commit, want)
+    if os.path.lexists(lock):
+        subs, why = read_lock(lock, key)
+        if subs is not None and all(cached(git_cache(s.commit), s.commit) for s in subs):
             return subs
+        log(f"the submodules lock {lock} is not trusted ({why or 'a submodule it lists is not in the cache'}): "
+            "finding them again")
     found: list[Submodule] = []
 
     def walk(gdir: Path, at: str, parent_url: str, prefix: str, only: list[str] | None) -> None:
@@ -144,13 +182,16 @@ def fetch_submodules(git_cache: Callable[[str], Path], git_dir: Path, commit: st
             walk(dest, sub.commit, sub.url, sub.path + "/", None)
 
     walk(git_dir, commit, url, "", list(want) if want != ["*"] else None)
-    write_text_atomic(lock, json.dumps([s.to_json() for s in found], indent=1))
+    write_text_atomic(lock, json.dumps({**key, "submodules": [s.to_json() for s in found]}, indent=1))
     return found
 
 
 def checkout_submodules(src: Path, lock: Path, git_cache: Callable[[str], Path]) -> list[Submodule]:
     """Check out each locked submodule as a worktree of its cache entry, parents before children."""
-    subs = [Submodule(**s) for s in json.loads(lock.read_text())]
+    subs, why = read_lock(lock)
+    if subs is None:
+        raise FetchError(f"the submodules lock {why}; nothing was checked out", where=str(lock),
+                         hint="run the build again: the submodules step writes it anew")
     for sub in sorted(subs, key=lambda s: s.path.count("/")):
         target = src / sub.path
         if target.exists() and not any(target.iterdir()):
@@ -162,9 +203,25 @@ def checkout_submodules(src: Path, lock: Path, git_cache: Callable[[str], Path])
 
 
 # ---- crates ----------------------------------------------------------------------------------------------------
+def crates_untrusted(dest: Path) -> str | None:
+    """None when `dest` holds vendored crates whose .complete names the digest of the vendored tree as it is now (the
+    tree is its own key: a crate changed after vendoring is never reused) and cargo's config.toml beside them;
+    otherwise why not (swap.why_untrusted; swap.ABSENT when nothing is there)."""
+    from .swap import ABSENT, why_untrusted
+
+    if not os.path.lexists(dest):
+        return ABSENT
+    vendor = dest / "vendor"
+    if not vendor.is_dir() or vendor.is_symlink():
+        return "it has no vendor directory"
+    if not (dest / "config.toml").is_file() or (dest / "config.toml").is_symlink():
+        return "its cargo config.toml is missing"
+    why = why_untrusted(dest, tree_digest(vendor))
+    return "the vendored tree does not match the digest its .complete records" if why and "another key" in why else why
+
+
 def crates_ready(dest: Path) -> bool:
-    stamp = dest / COMPLETE
-    return stamp.is_file() and (dest / "vendor").is_dir() and stamp.read_text().strip() == tree_digest(dest / "vendor")
+    return crates_untrusted(dest) is None
 
 
 _REGISTRY = re.compile(r"unable to update registry `([^`]+)`")
@@ -227,13 +284,14 @@ def vendor_crates(source: Path, manifest: str, dest: Path, *, offline: bool = Fa
                   root: str | None = None) -> str:
     """`cargo vendor --locked` into dest/vendor, in the sandbox (crates_sandbox); dest/config.toml is the config cargo
     printed, pointing there."""
-    if crates_ready(dest):
+    from .swap import ABSENT, mark
+
+    distrust = crates_untrusted(dest)
+    if distrust is None:
         return "cache"
-    if dest.exists():
-        raise FetchError(f"vendored crates at {dest} do not match their recorded digest",
-                         hint=f"the cache is corrupt or was edited; delete {dest} and fetch again")
     if offline:
-        raise FetchError(f"crates for {manifest} are not vendored yet ({dest}) and --offline forbids downloading",
+        state = "not vendored yet" if distrust == ABSENT else f"not trusted ({distrust})"
+        raise FetchError(f"crates for {manifest} are {state} ({dest}) and --offline forbids downloading",
                          hint="run `1bit-build fetch BUNDLE` once with network")
     why = sandbox.why_unavailable()
     if why:
@@ -257,9 +315,9 @@ def vendor_crates(source: Path, manifest: str, dest: Path, *, offline: bool = Fa
     (tmp / "vendor").mkdir(exist_ok=True)  # a crate without dependencies: cargo makes no vendor directory
     config = proc.stdout.replace(str(tmp / "vendor"), str(dest / "vendor"))
     (tmp / "config.toml").write_text(config)
-    (tmp / COMPLETE).write_text(tree_digest(tmp / "vendor") + "\n")
+    mark(tmp, tree_digest(tmp / "vendor"))
     replace_dir(tmp, dest)
-    return "vendored"
+    return "vendored" if distrust == ABSENT else f"vendored again: the crates there were not trusted ({distrust})"
 
 
 # ---- Hugging Face ----------------------------------------------------------------------------------------------
@@ -272,12 +330,25 @@ def hf_url(endpoint: str, repo: str, revision: str, name: str) -> str:
     return f"{endpoint}/{repo}/resolve/{revision}/{name}"
 
 
+def hf_key(files: Mapping[str, str]) -> str:
+    """Pure: what a Hugging Face entry's .complete names: every pinned file and its sha256."""
+    return json.dumps(dict(files), sort_keys=True)
+
+
+def hf_untrusted(dest: Path, files: Mapping[str, str]) -> str | None:
+    """None when `dest` holds these pinned files: its .complete names them (hf_key) and each is a regular file there;
+    otherwise why not (swap.why_untrusted; swap.ABSENT when nothing is there)."""
+    from .swap import why_untrusted
+
+    why = why_untrusted(dest, hf_key(files))
+    if why:
+        return why
+    gone = next((n for n in sorted(files) if not (dest / n).is_file() or (dest / n).is_symlink()), None)
+    return f"its file {gone} is missing" if gone else None
+
+
 def hf_ready(dest: Path, files: Mapping[str, str]) -> bool:
-    stamp = dest / COMPLETE
-    if not stamp.is_file():
-        return False
-    recorded = json.loads(stamp.read_text())
-    return recorded == dict(files) and all((dest / n).is_file() for n in files)
+    return hf_untrusted(dest, files) is None
 
 
 def fetch_hf(repo: str, revision: str, files: Mapping[str, str | None], dest: Path, *, where: str = "",
@@ -287,10 +358,14 @@ def fetch_hf(repo: str, revision: str, files: Mapping[str, str | None], dest: Pa
     if unpinned:
         raise FetchError(f"{repo}: no sha256 pinned for {', '.join(unpinned)}", where=where,
                          hint="pin every file's sha256 in pins.yaml (`1bit-build pins bump` fills them in)")
-    if hf_ready(dest, files):
+    from .swap import ABSENT, mark
+
+    why = hf_untrusted(dest, files)
+    if why is None:
         return "cache"
     if offline:
-        raise FetchError(f"{repo} @ {revision[:12]} is not in the cache ({dest}) and --offline forbids downloading",
+        state = "not in the cache" if why == ABSENT else f"not trusted in the cache ({why})"
+        raise FetchError(f"{repo} @ {revision[:12]} is {state} ({dest}) and --offline forbids downloading",
                          hint="run `1bit-build fetch BUNDLE` once with network")
     endpoint = endpoint or hf_endpoint()
     hub = http.Client(endpoint, os.environ.get("HF_TOKEN") or None)
@@ -314,8 +389,9 @@ def fetch_hf(repo: str, revision: str, files: Mapping[str, str | None], dest: Pa
                 raise FetchError(f"sha256 mismatch for {repo}/{name} @ {revision[:12]}: pins.yaml expects {sha}, "
                                  f"the server sent {got}", where=where,
                                  hint="do not build from it; if the pin is wrong, re-pin with `1bit-build pins bump`")
-        (tmp / COMPLETE).write_text(json.dumps(dict(files), sort_keys=True))
+        mark(tmp, hf_key(files))
         replace_dir(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return f"{endpoint} ({len(files)} file(s))"
+    again = "" if why == ABSENT else f", again: the files there were not trusted ({why})"
+    return f"{endpoint} ({len(files)} file(s){again})"

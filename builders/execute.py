@@ -61,18 +61,24 @@ class Executor:
     def _bundle_done(self) -> bool:
         key_file = self.layout.out / KEY_FILE
         publish = next((s for s in self.plan.steps if s.action == "publish"), None)
-        return publish is not None and key_file.is_file() and key_file.read_text().strip() == publish.key
+        return publish is not None and _holds(key_file, publish.key)
 
     def _outputs_hold(self, step: Step) -> bool:
         d = step.data
         if isinstance(d, FetchData):
             return fetch.cached(Path(d.dest), d.commit, d.may_lack)
+        # a cache entry with a marker is reused only when it is trusted: its marker names its key, its record agrees
         if isinstance(d, WheelsData):
-            return (Path(d.dir) / ".complete").is_file()
-        if isinstance(d, (ToolchainData, RootData)):
-            return (Path(d.dest) / ".complete").is_file()
+            return fetch.wheels_untrusted(Path(d.dir), d.requirements, d.pythons) is None
+        if isinstance(d, ToolchainData):
+            return toolchain.untrusted(Path(d.dest), d.wheels, d.debs) is None
+        if isinstance(d, RootData):
+            from . import roots
+
+            return roots.untrusted(Path(d.dest), d.key) is None
         if isinstance(d, SubmodulesData):
-            return Path(d.lock).is_file()
+            subs, _ = companions.read_lock(Path(d.lock), companions.lock_key(d.commit, list(d.want)))
+            return subs is not None
         if isinstance(d, CratesData):
             return companions.crates_ready(Path(d.dir))
         if isinstance(d, HfData):
@@ -452,9 +458,11 @@ def _cmake_home(build_dir: Path) -> str | None:
 
 
 def _holds(key_file: Path, key: str) -> bool:
+    from .readfile import UnreadableFile, read_text
+
     try:
-        return key_file.read_text().strip() == key
-    except OSError:
+        return read_text(key_file, 4096).strip() == key
+    except UnreadableFile:
         return False
 
 

@@ -26,7 +26,7 @@ from . import gitcmd
 from .archives import ArchiveError, check_archive_file, extract_tar
 from .config import MIRRORS_ENV, Mirror, Pin, file_sha256
 from .errors import FetchError
-from .swap import replace_dir, write_text_atomic
+from .swap import ABSENT, mark, replace_dir, why_untrusted, write_text_atomic
 
 Log = Callable[[str], None]
 
@@ -81,10 +81,15 @@ MayLack = tuple[str, tuple[str, ...]]
 
 
 def read_record(repo_dir: Path) -> dict:
+    """The entry's record ({} when it has none, or one that is not a bounded regular JSON file: builders/readfile.py)."""
+    from .readfile import UnreadableFile, read_json
+    from .swap import MAX_RECORD
+
     try:
-        return json.loads((Path(repo_dir) / RECORD).read_text())
-    except (OSError, ValueError):
+        data = read_json(Path(repo_dir) / RECORD, MAX_RECORD)
+    except UnreadableFile:
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def absent_files(repo_dir: Path) -> list[tuple[str, str]]:
@@ -548,16 +553,27 @@ def fetch_wheel_file(package: str, version: str, sha256: str, downloads: Path, *
     return where / wheel.name
 
 
+def wheels_key(requirements: Sequence[str], pythons: Sequence[str]) -> str:
+    """Pure: what a wheels entry's .complete names: every requirement and CPython it was fetched for, sorted."""
+    return "\n".join(sorted(requirements) + [f"python {p}" for p in sorted(pythons)])
+
+
+def wheels_untrusted(dest: Path, requirements: Sequence[str], pythons: Sequence[str]) -> str | None:
+    """None when `dest` holds the wheels of exactly these requirements and CPythons (its .complete names them:
+    swap.why_untrusted); otherwise why not (swap.ABSENT when nothing is there)."""
+    return why_untrusted(dest, wheels_key(requirements, pythons))
+
+
 def fetch_wheels(requirements: list[str], dest: Path, pythons: list[str], *, offline: bool = False,
                  log: Log = _noop) -> str:
     """The wheels of `requirements` (the whole closure, each by exact version: nothing is resolved here) for each
     CPython minor in `pythons`, one folder each (dest/cp312/...), written aside and swapped into place."""
-    stamp = dest / ".complete"
-    want = sorted(requirements) + [f"python {p}" for p in sorted(pythons)]
-    if stamp.is_file() and stamp.read_text().split("\n") == want:
+    why = wheels_untrusted(dest, requirements, pythons)
+    if why is None:
         return "cache"
     if offline:
-        raise FetchError(f"wheels for {', '.join(requirements)} are not in the cache ({dest}) and --offline forbids downloading",
+        state = "not in the cache" if why == ABSENT else f"not trusted in the cache ({why})"
+        raise FetchError(f"wheels for {', '.join(requirements)} are {state} ({dest}) and --offline forbids downloading",
                          hint="run `1bit-build fetch BUNDLE` once with network")
     tmp = _unique_tmp(dest)
     try:
@@ -574,8 +590,8 @@ def fetch_wheels(requirements: list[str], dest: Path, pythons: list[str], *, off
                     check_archive_file(wheel)
                 except ArchiveError as exc:
                     raise NotThePinnedSource(exc.what, where=exc.where, hint=exc.hint) from None
-        (tmp / ".complete").write_text("\n".join(want))
+        mark(tmp, wheels_key(requirements, pythons))
         replace_dir(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return "downloaded"
+    return "downloaded" if why == ABSENT else f"downloaded again: the wheels there were not trusted ({why})"

@@ -29,7 +29,6 @@ from .root_pins import (ASSEMBLY, GENERATED, Change, ResolvedDeb, RootPin, descr
                         moved_text, render, root_key)
 
 METADATA = "onebit-root.json"
-COMPLETE = ".complete"
 SNAPSHOT_ENV = "ONEBIT_DEBIAN_SNAPSHOT"  # Debian's snapshot archive, `<base>/<timestamp>/pool/...`
 ARCH = "amd64"
 # Debian's usr-merge: the top-level directories are links into usr/ (what base-files and the usrmerge scripts make)
@@ -251,33 +250,64 @@ def assemble_tree(files: Sequence[tuple[ResolvedDeb, Path]], tree: Path, *, name
     return meta
 
 
+def record_problem(key: str) -> Callable[[object], str | None]:
+    """Pure: what is wrong with an onebit-root.json for a root of `key` (None: it names that key and this ASSEMBLY)."""
+    def problem(meta: object) -> str | None:
+        if not isinstance(meta, dict):
+            return "is not an object"
+        if meta.get("assembly") != ASSEMBLY:
+            return f"names another assembly ({str(meta.get('assembly'))[:40]})"
+        if meta.get("key") != key:
+            return f"names another key ({str(meta.get('key'))[:40]})"
+        return None
+    return problem
+
+
+def untrusted(dest: Path, key: str) -> str | None:
+    """None when `dest` is an assembled root of `key`: its .complete names the key and its onebit-root.json parses and
+    names the same key and assembly (swap.why_untrusted); otherwise why not (swap.ABSENT when nothing is there)."""
+    from .swap import why_untrusted
+
+    return why_untrusted(dest, key, record=METADATA, record_problem=record_problem(key))
+
+
 def assemble(root: RootPin, downloads: Path, dest: Path, *, offline: bool = False, log: Log = _noop,
              archives: Sequence[str] | None = None) -> str:
-    """The root step: every package fetched and verified, then assembled once into `dest` (skipped when complete);
-    locked, so a concurrent run waits and then finds it complete."""
+    """The root step: every package fetched and verified, then assembled once into `dest` (skipped when it is a
+    trusted root of this key: `untrusted`); locked, so a concurrent run waits and then finds it assembled. A root
+    that is there but not trusted (a forged or stale marker, a missing or other record) is assembled again aside and
+    swapped into place; the answer says why the old one was not trusted."""
     from . import debs
     from .lock import hold
-    from .swap import building
+    from .swap import ABSENT, building, mark
 
     if not root.resolved:
         raise OnebitError(f"root {root.name} has no resolved packages", where=str(root.path),
                           hint=f"run `1bit-build roots resolve {root.name}`")
-    if (dest / COMPLETE).is_file():
+    key = root.key
+    if untrusted(dest, key) is None:
         return "cache"
     with hold(dest, "build root", say=log):
-        if (dest / COMPLETE).is_file():
+        why = untrusted(dest, key)
+        if why is None:
             return "cache (assembled meanwhile)"
         archives = archives_for(root) if archives is None else list(archives)
         files = [(d, debs.fetch(deb_input(d), downloads, offline=offline, archives=archives, log=log))
                  for d in root.resolved]
         with building(dest) as tmp:
             meta = assemble_tree(files, tmp, name=root.name, snapshot=root.snapshot, log=log)
-            (tmp / COMPLETE).write_text(meta["key"] + "\n")
-    return f"{len(files)} Debian package(s) assembled"
+            mark(tmp, meta["key"])
+    done = f"{len(files)} Debian package(s) assembled"
+    return done if why == ABSENT else f"{done} again: the root there was not trusted ({why})"
 
 
 def metadata(dest: Path) -> dict | None:
+    """onebit-root.json of an assembled root (bounded, never through a link), or None."""
+    from .readfile import UnreadableFile, read_json
+    from .swap import MAX_RECORD
+
     try:
-        return json.loads((Path(dest) / METADATA).read_text())
-    except (OSError, ValueError):
+        meta = read_json(Path(dest) / METADATA, MAX_RECORD)
+    except UnreadableFile:
         return None
+    return meta if isinstance(meta, dict) else None

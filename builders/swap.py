@@ -3,23 +3,30 @@ old one in one step (a reader sees the old tree or the new one, never neither, n
 its target and renamed over it. Every step, the release, `lemonade install` and the fetch caches use these."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write beside the target and rename into place: a reader sees the old file or the new one, never half."""
+    """Write beside the target and rename into place: a reader sees the old file or the new one, never half. The
+    file beside is created afresh (O_EXCL | O_NOFOLLOW, after removing whatever had its name), so a link planted under
+    that name is replaced, never written through; a link at the target itself is replaced by the rename."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name("." + path.name + ".part")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         raise
 
 
@@ -90,7 +97,7 @@ def aside(target: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".new", dir=target.parent))
 
 
-@contextmanager
+@contextlib.contextmanager
 def building(target: Path) -> Iterator[Path]:
     """Build a directory aside and swap it into place when the block finishes; on any error (or a kill) the target
     keeps what it had, and the aside directory is removed."""
@@ -100,3 +107,48 @@ def building(target: Path) -> Iterator[Path]:
         replace_dir(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- finished cache entries: a marker that names the entry's key, and a record that agrees ------------------------------
+MARKER = ".complete"  # in a finished entry: its key, written last inside the aside directory, before the swap
+MAX_MARKER = 1 << 20  # bytes of a marker (a key, or the list of pinned inputs it was made from)
+MAX_RECORD = 64 << 20  # bytes of an entry's record file (onebit-root.json lists every package of a root)
+ABSENT = "absent"
+
+
+def mark(tmp: Path, key: str) -> None:
+    """Finish an entry built aside (`tmp`): its marker names `key`. The caller swaps `tmp` into place next."""
+    (Path(tmp) / MARKER).write_text(key.strip() + "\n", encoding="utf-8")
+
+
+def why_untrusted(dest: Path, key: str, *, record: str | None = None,
+                  record_problem: Callable[[object], str | None] | None = None) -> str | None:
+    """None when `dest` is a finished entry for `key`: its marker (a regular file, read bounded, never through a link)
+    names exactly `key`, and its record file (when the entry has one) is JSON of which `record_problem` finds nothing
+    wrong (it checks that the record names the same key). Otherwise why not, in a few words (ABSENT: nothing there).
+    A cache entry that is not trusted is assembled again aside and swapped into place by its caller, which says why."""
+    from .readfile import UnreadableFile, read_json, read_text
+
+    dest = Path(dest)
+    if not os.path.lexists(dest):
+        return ABSENT
+    if not (dest / MARKER).exists() and not (dest / MARKER).is_symlink():
+        return f"it has no {MARKER} marker (an assembly that never finished)"
+    try:
+        text = read_text(dest / MARKER, MAX_MARKER).strip()
+    except UnreadableFile as exc:
+        return f"its {MARKER} {exc.why}"
+    if not text:
+        return f"its {MARKER} is empty"
+    if text != key.strip():
+        return f"its {MARKER} names another key ({text.splitlines()[0][:40]})"
+    if record is None:
+        return None
+    if not (dest / record).exists() and not (dest / record).is_symlink():
+        return f"its record {record} is missing"
+    try:
+        data = read_json(dest / record, MAX_RECORD)
+    except UnreadableFile as exc:
+        return f"its record {record} {exc.why}"
+    problem = record_problem(data) if record_problem else None
+    return f"its record {record} {problem}" if problem else None

@@ -172,7 +172,7 @@ def driver_stub(root: Path, cc: str | None = None) -> Path | None:
 
 def assemble(wheels: Sequence[tuple[object, Path]], dest: Path, *, cc: str | None = None, log: Log = _noop) -> None:
     """Unpack (WheelInput, wheel file) pairs into one toolchain root at dest: written aside, swapped into place."""
-    from .swap import building
+    from .swap import building, mark
 
     with building(dest) as tmp:
         owners: dict[str, str] = {}
@@ -196,27 +196,68 @@ def assemble(wheels: Sequence[tuple[object, Path]], dest: Path, *, cc: str | Non
                                      hint="check the wheel's `ship` list against its contents")
                 entry["ship"][name] = file_sha256(f)
         (tmp / METADATA).write_text(json.dumps({"assembly": ASSEMBLY, "wheels": entries}, indent=2, sort_keys=True) + "\n")
-        (tmp / ".complete").write_text("".join(f"{e['package']}=={e['version']} sha256:{e['sha256']}\n" for e in entries))
+        mark(tmp, marker_text(wheels=[spec for spec, _ in wheels]))
+
+
+def marker_text(*, wheels: Sequence = (), debs: Sequence = ()) -> str:
+    """Pure: the key a toolchain root's .complete names: every pinned input, one line each, in the recipe's order."""
+    return "".join([f"{w.package}=={w.version} sha256:{w.sha256}\n" for w in wheels]
+                   + [f"{d.path} sha256:{d.sha256}\n" for d in debs])
+
+
+def record_problem(wheels: Sequence, debs: Sequence) -> Callable[[object], str | None]:
+    """Pure: what is wrong with an onebit-toolchain.json for a root of these inputs (None: it is of this ASSEMBLY and
+    names exactly these wheels, or these Debian packages, by version and sha256)."""
+    def problem(meta: object) -> str | None:
+        if not isinstance(meta, dict):
+            return "is not an object"
+        if meta.get("assembly") != ASSEMBLY:
+            return f"names another assembly ({str(meta.get('assembly'))[:40]})"
+        try:
+            if debs:
+                got = [(e["path"], e["sha256"]) for e in meta["debs"]]
+                want = [(d.path, d.sha256) for d in debs]
+            else:
+                got = [(e["package"], e["version"], e["sha256"]) for e in meta["wheels"]]
+                want = [(w.package, w.version, w.sha256) for w in wheels]
+        except (KeyError, TypeError):
+            return "does not list its inputs"
+        return None if got == want else "names other inputs"
+    return problem
+
+
+def untrusted(dest: Path, wheels: Sequence = (), debs: Sequence = ()) -> str | None:
+    """None when `dest` is an assembled toolchain root of these inputs: its .complete names them (marker_text) and its
+    onebit-toolchain.json parses and names the same ones (swap.why_untrusted); otherwise why not."""
+    from .swap import why_untrusted
+
+    return why_untrusted(dest, marker_text(wheels=wheels, debs=debs), record=METADATA,
+                         record_problem=record_problem(wheels, debs))
 
 
 def fetch_and_assemble(wheels: Sequence, downloads: Path, dest: Path, *, offline: bool = False, log: Log = _noop,
                        debs: Sequence = ()) -> str:
     """The toolchain step: every pinned input (wheels, or Debian packages) fetched and verified, then assembled into
-    dest (skipped when dest is complete)."""
-    if (dest / ".complete").is_file():
+    dest (skipped when dest is a trusted root of these inputs: `untrusted`). A root there that is not trusted is
+    assembled again aside and swapped into place; the answer says why."""
+    from .swap import ABSENT
+
+    why = untrusted(dest, wheels, debs)
+    if why is None:
         return "cache"
+    again = "" if why == ABSENT else f" again: the root there was not trusted ({why})"
     dest.parent.mkdir(parents=True, exist_ok=True)
     if debs:
         from . import debs as debian
 
         files = [(d, debian.fetch(d, downloads, offline=offline, log=log)) for d in debs]
         assemble_debs(files, dest, log=log)
-        return f"{len(files)} Debian package(s) assembled"
+        return f"{len(files)} Debian package(s) assembled{again}"
     from .fetch import fetch_wheel_file
 
     files = [(w, fetch_wheel_file(w.package, w.version, w.sha256, downloads, offline=offline, log=log)) for w in wheels]
     assemble(files, dest, log=log)
-    return f"{len(files)} wheel(s) assembled"
+    return f"{len(files)} wheel(s) assembled{again}"
 
 
 # ---- a toolchain from Debian packages (the Vulkan SDK: glslc, headers, SPIR-V headers, the loader to link against) --
@@ -255,7 +296,7 @@ def assemble_debs(debs: Sequence[tuple[object, Path]], dest: Path, *, log: Log =
     libraries a build links against: libvulkan.so, never the packages' libc), lib/pkgconfig/, share/cmake/.
     Written aside, swapped into place; `onebit-toolchain.json` names every package."""
     from . import debs as debian
-    from .swap import building
+    from .swap import building, mark
 
     with building(dest) as tmp:
         tree = tmp / DEB_TREE
@@ -284,7 +325,7 @@ def assemble_debs(debs: Sequence[tuple[object, Path]], dest: Path, *, log: Log =
             (lib / "pkgconfig").mkdir(exist_ok=True)
             (lib / "pkgconfig" / pc.name).write_text(pc_file(pc.read_text()))
         (tmp / METADATA).write_text(json.dumps({"assembly": ASSEMBLY, "debs": entries}, indent=2, sort_keys=True) + "\n")
-        (tmp / ".complete").write_text("".join(f"{e['path']} sha256:{e['sha256']}\n" for e in entries))
+        mark(tmp, marker_text(debs=[spec for spec, _ in debs]))
 
 
 # ---- what a variant ships ----------------------------------------------------------------------------------------------
@@ -342,7 +383,12 @@ def ship(base: Path, runtime: Sequence) -> list[str]:
 
 
 def _metadata(root: Path) -> dict | None:
+    """onebit-toolchain.json of an assembled root (bounded, never through a link), or None."""
+    from .readfile import UnreadableFile, read_json
+    from .swap import MAX_RECORD
+
     try:
-        return json.loads((root / METADATA).read_text())
-    except (OSError, ValueError):
+        meta = read_json(root / METADATA, MAX_RECORD)
+    except UnreadableFile:
         return None
+    return meta if isinstance(meta, dict) else None

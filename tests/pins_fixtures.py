@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import textwrap
 import threading
 from dataclasses import dataclass, field
@@ -326,3 +327,50 @@ def evaluate_report(proj: Project, out: Path, monkeypatch, token: str, report: s
     finally:
         monkeypatch.setenv("ONEBIT_BOT_TOKEN", token)
     return json.loads((out / report).read_text())
+
+
+# ---- a report file that is not a plain file: read back by the token holder as its own, limited process ------------------
+TOP = Path(__file__).resolve().parent.parent
+CHILD_MEMORY = 2 << 30  # RLIMIT_AS of the child: a reader that held a whole /dev/zero would die with MemoryError
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY, CHILD_MEMORY))
+
+
+def bump_child(proj: Project, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m builders.pins --root PROJ bump ARGV` as its own process under an address-space limit (so a reader
+    that holds more than it should fails there with MemoryError), with a generous timeout that only detects a hang (a
+    FIFO read with no writer); the environment is this test's (the fake GitHub, the token)."""
+    return subprocess.run([sys.executable, "-m", "builders.pins", "--root", str(proj.root), "bump", *argv],
+                          capture_output=True, text=True, timeout=timeout, cwd=TOP, preexec_fn=_limit_memory,
+                          env={**os.environ, "PYTHONPATH": str(TOP), "COLUMNS": "300"})
+
+
+def hostile_files(path: Path, oversize: int) -> dict:
+    """Ways to put something other than the report's own regular file at `path` (each a function of it)."""
+    def dev_zero() -> None:
+        path.symlink_to("/dev/zero")
+
+    def fifo() -> None:
+        os.mkfifo(path)
+
+    def directory() -> None:
+        path.mkdir()
+
+    def too_large() -> None:  # sparse: a regular file past the bound costs no disk
+        with open(path, "wb") as fh:
+            fh.truncate(oversize + 1)
+
+    def link_to_a_report() -> None:  # even a link to a good report is not followed
+        good = path.with_name("elsewhere.json")
+        good.write_text("{}")
+        path.symlink_to(good)
+
+    return {"dev_zero": (dev_zero, "is a link (to /dev/zero), not a regular file"),
+            "fifo": (fifo, "is a FIFO, not a regular file"),
+            "directory": (directory, "is a directory, not a regular file"),
+            "too_large": (too_large, f"is larger than {oversize} bytes"),
+            "link": (link_to_a_report, "is a link (to "), }

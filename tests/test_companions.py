@@ -73,7 +73,9 @@ def test_submodules_at_their_gitlinks_recursively_then_offline(upstreams, tmp_pa
                                        ["xrt"], lock)
     assert [(s.path, s.commit) for s in subs] == [("xrt", u["xrt"]), ("xrt/src/nested", u["nested"])]
     assert subs[1].url == "https://example.invalid/Xilinx/nested.git"  # ../nested.git against xrt's URL, as git does
-    assert json.loads(lock.read_text())[0] == {"path": "xrt", "url": "https://example.invalid/Xilinx/xrt.git", "commit": u["xrt"]}
+    written = json.loads(lock.read_text())  # the lock names its key: the pinned commit and the submodules asked for
+    assert (written["commit"], written["want"]) == (u["parent"], ["xrt"])
+    assert written["submodules"][0] == {"path": "xrt", "url": "https://example.invalid/Xilinx/xrt.git", "commit": u["xrt"]}
 
     shutil.rmtree(u["up"])  # the upstreams are gone: everything must come from the cache now
     again = companions.fetch_submodules(git_cache, u["parent_git"], u["parent"], "https://example.invalid/parent.git",
@@ -156,7 +158,7 @@ def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch, cargo, git_
     assert proc.returncode == 0, proc.stderr
     (dest / "vendor" / "extra").write_text("x")  # a vendored tree that changed is never reused
     assert not companions.crates_ready(dest)
-    with pytest.raises(FetchError, match="do not match their recorded digest"):
+    with pytest.raises(FetchError, match="not trusted .the vendored tree does not match the digest its .complete records"):
         companions.vendor_crates(src, "app/Cargo.toml", dest, offline=True)
 
 

@@ -19,7 +19,7 @@ from builders import debs, roots
 from builders.pins import roots as roots_bump
 from builders.pins.__main__ import main
 from builders.root_pins import Change, load_roots
-from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, evaluate_report, git
+from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, bump_child, evaluate_report, git, hostile_files
 
 TOKEN = "t0ken-for-root-tests"
 HEAD = ("# a test root: this comment and the requests above the generated part are kept byte for byte\n"
@@ -335,3 +335,43 @@ def test_roots_json_entries_read_without_a_file_to_move(entry, says):
     else:
         with pytest.raises(ReportError, match=says):
             roots_bump.read_report(data, {"t"}, lambda name: "committed", False)
+
+
+# ---- a roots.json (or report.json, drift-results.json) that is not the artifact's plain file ---------------------------
+@pytest.mark.parametrize("form", ["dev_zero", "fifo", "directory", "too_large", "link"])
+def test_a_roots_json_that_is_not_a_plain_file_is_refused_in_one_line_without_reading_it(world, tmp_path, monkeypatch,
+                                                                                      form):
+    """The token holder as its own process under an address-space limit: a link to /dev/zero is never read (it was
+    a MemoryError), a FIFO never blocks, a file past the bound is refused on the bytes read, not on a stat."""
+    proj, archive, api = world
+    archive.publish(V2)
+    out = tmp_path / "artifact"
+    evaluate(proj, out, monkeypatch, "root:t")
+    (out / roots_bump.REPORT).unlink()
+    plant, says = hostile_files(out / roots_bump.REPORT, roots_bump.MAX_REPORT)[form]
+    plant()
+    proc = bump_child(proj, "root:t", "--from-report", str(out), "--open-pr")
+    err = proc.stderr
+    assert proc.returncode == 2 and "MemoryError" not in err + proc.stdout and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: cannot read roots.json") and says in err, err
+    assert not api.state.opened() and branches(proj) == ["main"]
+    assert not [r for r in api.state.requests if r[0] != "GET"]
+
+
+@pytest.mark.parametrize("name", ["report.json", "drift-results.json"])
+@pytest.mark.parametrize("form", ["dev_zero", "fifo"])
+def test_the_pins_report_files_are_read_back_bounded_too(world, tmp_path, monkeypatch, name, form):
+    """report.json and drift-results.json of the same artifact, through the same reader (builders/readfile.py)."""
+    from builders.pins.report import MAX_FILE
+
+    proj, _, api = world
+    out = tmp_path / "artifact"
+    evaluate(proj, out, monkeypatch, "tool")
+    (out / name).unlink()
+    plant, says = hostile_files(out / name, MAX_FILE)[form]
+    plant()
+    proc = bump_child(proj, "tool", "--from-report", str(out), "--open-pr")
+    err = proc.stderr
+    assert proc.returncode == 2 and "MemoryError" not in err + proc.stdout and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: cannot read {name}") and says in err, err
+    assert not api.state.opened() and branches(proj) == ["main"]

@@ -16,7 +16,7 @@ import pytest
 from builders import debs, roots
 from builders.errors import OnebitError
 from builders.pins import toolchains as tc
-from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, evaluate_report, git
+from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, bump_child, evaluate_report, git, hostile_files
 
 TOKEN = "t0ken-for-toolchain-tests"
 TOP = Path(__file__).resolve().parents[1]
@@ -575,6 +575,86 @@ def test_a_tampered_report_is_refused_in_one_line_and_nothing_is_pushed(world, t
     assert says in err and err.startswith(f"error: {tc.REPORT}") and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
     assert not api.state.opened() and branches(proj) == ["main"]
+
+
+# ---- toolchains.json tampered with as a whole (the roots.json forms), and not a plain file ---------------------------------
+def _oversize_text(data):
+    data["inputs"][0]["files"][0]["text"] += "#" * (tc.MAX_FILE + 1)
+    return json.dumps(data)
+
+
+def _unknown_field(data):
+    data["inputs"][0]["extra"] = 1
+    return json.dumps(data)
+
+
+def _current_with_files(data):
+    data["inputs"][0]["state"] = "current"
+    return json.dumps(data)
+
+
+def _a_workflow_file(data):
+    data["inputs"][0]["files"][0]["path"] = ".github/workflows/ci.yml"
+    return json.dumps(data)
+
+
+def _twice(data):
+    data["inputs"].append(data["inputs"][0])
+    return json.dumps(data)
+
+
+def _other_version(data):
+    data["version"] = 2
+    return json.dumps(data)
+
+
+def _not_json(data):
+    return json.dumps(data).replace('"version": 1', '"version": NaN')
+
+
+@pytest.mark.parametrize("tamper, says", [
+    (_oversize_text, "text longer than"),
+    (_unknown_field, "unknown field 'extra'"),
+    (_current_with_files, "a current input carries no new file"),
+    (_a_workflow_file, "'.github/workflows/ci.yml' does not carry toolchain:vulkan-sdk"),
+    (_twice, "'vulkan-sdk' comes twice"),
+    (_other_version, "version"),
+    (_not_json, "not a JSON report: NaN is not JSON"),
+])
+def test_a_toolchains_json_tampered_as_a_whole_is_refused_in_one_line_and_nothing_is_pushed(
+        world, tmp_path, monkeypatch, capsys, tamper, says):
+    proj, archive, _, api = world
+    archive.publish(**MOVED)
+    out = tmp_path / "artifact"
+    data = evaluate(proj, out, monkeypatch, "toolchain:vulkan-sdk")
+    (out / tc.REPORT).write_text(tamper(data))
+    capsys.readouterr()
+    assert bump(proj, "toolchain:vulkan-sdk", "--from-report", str(out), "--open-pr") == 2
+    err = capsys.readouterr().err
+    assert says in err and err.startswith(f"error: {tc.REPORT}") and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not api.state.opened() and branches(proj) == ["main"]
+    assert not [r for r in api.state.requests if r[0] != "GET"]
+
+
+@pytest.mark.parametrize("form", ["dev_zero", "fifo", "directory", "too_large", "link"])
+def test_a_toolchains_json_that_is_not_a_plain_file_is_refused_in_one_line_without_reading_it(
+        world, tmp_path, monkeypatch, form):
+    """The token holder as its own process under an address-space limit (pins_fixtures.bump_child): a link to
+    /dev/zero is never read, a FIFO never blocks, a file past the bound is refused on the bytes read."""
+    proj, archive, _, api = world
+    archive.publish(**MOVED)
+    out = tmp_path / "artifact"
+    evaluate(proj, out, monkeypatch, "toolchain:vulkan-sdk")
+    (out / tc.REPORT).unlink()
+    plant, says = hostile_files(out / tc.REPORT, tc.MAX_REPORT)[form]
+    plant()
+    proc = bump_child(proj, "toolchain:vulkan-sdk", "--from-report", str(out), "--open-pr")
+    err = proc.stderr
+    assert proc.returncode == 2 and "MemoryError" not in err + proc.stdout and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: cannot read {tc.REPORT}") and says in err, err
+    assert not api.state.opened() and branches(proj) == ["main"]
+    assert not [r for r in api.state.requests if r[0] != "GET"]
 
 
 # ---- the project's own recipes, copied: the real lists move and stay loadable and equal ----------------------------------

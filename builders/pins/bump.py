@@ -503,11 +503,8 @@ def evaluate_isolated(ctx: Context, opts: Options, selected: Sequence[str], work
 
 def read_evaluation(work: Path) -> tuple[dict, list]:
     """What evaluate_isolated left in `work` (a downloaded artifact), read back strictly."""
-    try:
-        data = report.loads((work / isolate.REPORT).read_text(encoding="utf-8"), str(work / isolate.REPORT))
-        raw = report.loads((work / DRIFT).read_text(encoding="utf-8"), str(work / DRIFT))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise report.ReportError(f"cannot read the evaluation in {work}: {exc}") from None
+    data = report.load_file(work, isolate.REPORT, report.MAX_FILE)
+    raw = report.load_file(work, DRIFT, report.MAX_FILE)
     drift = [[report.load_variant(v, f"drift[{i}][{j}]") for j, v in enumerate(report._list(reps, f"drift[{i}]"))]
              for i, reps in enumerate(report._list(raw, "drift"))]
     return data, drift

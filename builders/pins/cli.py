@@ -186,9 +186,7 @@ def cmd_evaluate(args) -> int:
         return 2
     from . import report
 
-    out = Path(args.out) / "report.json"
-    out.with_name(".report.json.part").write_text(report.dumps(data), encoding="utf-8")
-    out.with_name(".report.json.part").replace(out)
+    report.write_file(Path(args.out), "report.json", data)
     return 0
 
 

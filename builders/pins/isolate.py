@@ -20,7 +20,6 @@ nothing of upstream's), and `drift` runs without `make -n`: every make compariso
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import re
 import secrets as pysecrets
@@ -126,7 +125,7 @@ def run_evaluation(root: Path, pins: Mapping, names: Sequence[str], work: Path, 
     if proc.returncode != 0 or not path.is_file():
         raise OnebitError(f"the evaluation of the pins failed (exit {proc.returncode}): {_last_line(proc.stderr)}",
                           hint="nothing was pushed or opened")
-    return report.loads(path.read_text(encoding="utf-8", errors="strict"), str(path))
+    return report.load_file(work, REPORT, report.MAX_FILE)  # bounded, never through a link the evaluator made
 
 
 # ------------------------------------------------------------------------------------------------ 2. drift
@@ -156,7 +155,7 @@ def run_drift(root: Path, work: Path, requests: Sequence[dict]) -> list[list[Var
     if not requests:
         return []
     root = Path(root).resolve()
-    (work / REQUESTS).write_text(report.dumps(list(requests)), encoding="utf-8")
+    report.write_file(work, REQUESTS, list(requests))  # aside and renamed: never through a link the evaluator left
     nonce = pysecrets.token_hex(16)
     why = sandbox.why_unavailable()
     cmd = _python(root, "drift", "--in", str(work))
@@ -219,7 +218,7 @@ def drift_main(root: Path, work: Path, no_make: str | None) -> int:
     if not re.fullmatch(r"[0-9a-f]{32}", nonce):
         print("error: the drift check needs its nonce on stdin", file=sys.stderr)
         return 2
-    requests = json.loads((work / REQUESTS).read_text(encoding="utf-8"))
+    requests = report.load_file(work, REQUESTS, report.MAX_FILE)
     try:
         timeout = float(os.environ.get("ONEBIT_PINS_MAKE_TIMEOUT", flagdrift.MAKE_TIMEOUT))
     except ValueError:

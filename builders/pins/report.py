@@ -21,6 +21,7 @@ from .flags import Row, VariantReport
 VERSION = 1
 MAX_TEXT = 200_000  # characters of one string (a release note, a report)
 MAX_ITEMS = 2_000  # entries of one list
+MAX_FILE = 64 << 20  # bytes of report.json or drift-results.json, as read back (load_file)
 SHA = re.compile(r"^[0-9a-f]{40}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -97,14 +98,21 @@ def write_file(work: Path, name: str, data: Any) -> Path:
 
 
 def load_file(work: Path, name: str, max_bytes: int) -> Any:
-    """A report file of a downloaded artifact (`work/name`), as parsed JSON, refused in one line past `max_bytes`."""
+    """A report file of a downloaded artifact (`work/name`), as parsed JSON: read by builders/readfile.py (a regular
+    file only, never through a link, at most `max_bytes` bytes actually read), anything else refused in one line."""
+    from ..readfile import UnreadableFile, read_bytes
+
     path = Path(work) / name
     try:
-        if path.stat().st_size > max_bytes:
-            raise ReportError(f"{name}: larger than {max_bytes} bytes; nothing was pushed or opened")
-        return loads(path.read_text(encoding="utf-8"), name)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReportError(f"cannot read {name} in {work}: {exc}") from None
+        data = read_bytes(path, max_bytes)
+    except UnreadableFile as exc:
+        raise ReportError(f"cannot read {name} in {work}: it {exc.why}; nothing was pushed or opened") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReportError(f"cannot read {name} in {work}: it is not UTF-8 text (byte {exc.start}); nothing was "
+                          "pushed or opened") from None
+    return loads(text, name)
 
 
 # ------------------------------------------------------------------------------------------------ flag reports

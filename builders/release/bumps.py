@@ -320,15 +320,22 @@ def dump(results: Sequence[BumpResult]) -> str:
                        for r in results], indent=1) + "\n"
 
 
+MAX_BUMPS = 16 << 20  # bytes of a --bumps file
+
+
 def load(path: Path | str) -> list[BumpResult]:
     """The `--bumps` file: [{branch, failed_step, log, held_for}] (what `merge --json` writes)."""
+    from ..readfile import UnreadableFile, read_json
+
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, MAX_BUMPS)  # a regular file, bounded, never through a link
         if not isinstance(data, list):
             raise ValueError("expected a list")
         return [BumpResult(str(b["branch"]), b.get("failed_step"), str(b.get("log") or ""), b.get("held_for"))
                 for b in data]
+    except UnreadableFile as exc:
+        raise OnebitError(f"not a bump results file: it {exc.why}", where=str(path)) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise OnebitError(f"not a bump results file: {exc}", where=str(path),
                           hint='expected [{"branch": ..., "failed_step": null | "...", "log": "..."}]') from None

@@ -40,7 +40,7 @@ from typing import Any
 from ..archives import member_problem
 from ..config import file_sha256 as sha256
 from ..errors import OnebitError
-from .. import lock, swap, tarball
+from .. import lock, readfile, swap, tarball
 from ..toolchain import REDISTRIBUTABLES
 from onebit.manifest import Backend, Manifest, default_adapter
 from onebit.route import DEVICE_FLAG, _backend_for, capabilities
@@ -636,10 +636,18 @@ def config_file(config: Path) -> Path:
     return target
 
 
+MAX_CONFIG = 16 << 20  # bytes of Lemonade's config.json (a few KiB in practice)
+
+
 def _read_config(config: Path, pins: Mapping[tuple[str, str], str]) -> tuple[Path, str]:
+    """config.json's path and its text with the pins set; read by builders/readfile.py (a regular file of at most
+    MAX_CONFIG bytes: a FIFO, a device or a directory there is refused in one line, never waited on)."""
     path = config_file(config)
     try:
-        text = path.read_bytes().decode("utf-8") if path.exists() else None
+        text = None if readfile.absent(path) else readfile.read_bytes(path, MAX_CONFIG).decode("utf-8")
+    except readfile.UnreadableFile as exc:
+        raise OnebitError(f"{exc.why}; nothing was changed", where=str(path),
+                          hint="replace it by Lemonade's config file, or remove it") from None
     except UnicodeDecodeError:
         raise OnebitError("not UTF-8 text; nothing was changed", where=str(path)) from None
     return path, with_pins(text, pins, where=str(path))
