@@ -6,10 +6,12 @@ For each distribution (a Debian suite name):
    `.onebit/fresh/<suite>/root`;
 2. the checkout is copied in (git's tracked files and the untracked ones it does not ignore: no `.onebit/`, no
    `.nox/`, no cache, no venv; nothing of the product);
-3. inside the root (builders/sandbox.py: the root itself as /, writable, run as root with the host's network) it runs
-   the README's first command, then `1bit check` and one chat completion from the installed prefix;
+3. the root's files are given to the sandbox's id range (sandbox.shift_ids), and inside the root (builders/sandbox.py:
+   the root itself as /, writable, with the host's network) it runs, as uid 0 of the root's own user namespace (root
+   there, no one on the host: no device nodes, no modules, no sysctl, no host file but what is bound), the README's
+   first command, then `1bit check` and one chat completion from the installed prefix;
 4. it prints each step's result and time, one line per distribution, and removes the root (`--keep` keeps it; a
-   root whose steps failed is kept for a look).
+   root whose steps failed is kept for a look; its files then belong to the id range).
 
 `--dry-run` (or ONEBIT_FRESH_DRY_RUN=1, how the release workflow's replay runs the job) prints the settings, the
 mirror, each root's mmdebstrap command and the steps, and makes nothing. `--sudo` (a CI runner: passwordless sudo)
@@ -327,13 +329,25 @@ def run_suite(suite: str, project: Path, *, mirror: str, aptopts: list[str], env
              f"{', '.join(c.bind) or 'none'}; the root's own: {', '.join(c.own) or 'none'}"
              + (f"; named but absent on the host: {', '.join(c.missing)}" if c.missing else ""))
         ro = tuple(p for p in ("/etc/resolv.conf",) if os.path.exists(p)) + c.bind
+        hidden = [p for p in ro if not sandbox.reachable(p)]
+        if hidden:
+            result.error = (f"{', '.join(hidden)} cannot be shown in the root: the root's sandbox is set up as an "
+                            "unprivileged id, which cannot read it (make it readable by others, or name a copy)")
+            return result
+        moved = sandbox.shift_ids(root)
+        _say(f"{suite}: {moved} files of the root given to the ids {sandbox.ID_BASE}-"
+             f"{sandbox.ID_BASE + sandbox.ID_COUNT - 1}: its root is no one on the host")
         sb_env = {"PATH": PATH, "LANG": "C.UTF-8", **env}
         for step in steps(readme_commands((project / "README.md").read_text())[0]):
             result.steps.append(step)
             _say(f"{suite}: {step.command}")
             s0 = time.monotonic()
-            proc = sandbox.popen(sandbox.Sandbox(env=sb_env, cwd=INSIDE, root=str(root), root_rw=True, uid=0,
-                                                 network=True, ro=ro), ["/bin/sh", "-c", step.command])
+            try:
+                proc = sandbox.popen(sandbox.Sandbox(env=sb_env, cwd=INSIDE, root=str(root), root_rw=True, uid=0,
+                                                     network=True, ro=ro), ["/bin/sh", "-c", step.command])
+            except OSError as exc:
+                result.error = f"the root's sandbox could not start: {exc}"
+                break
             step.rc = proc.wait()
             step.seconds = time.monotonic() - s0
             if step.rc != 0:
@@ -363,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("fresh: needs root (mmdebstrap makes the roots, and the README's command installs packages inside them "
               "as root): run it as root", file=sys.stderr)
         return 2
-    why = None if dry else sandbox.why_unavailable()
+    why = None if dry else sandbox.why_ids_unavailable()
     if not dry and (why or shutil.which("mmdebstrap") is None):
         print(f"fresh: {why or 'mmdebstrap is not installed: apt-get install mmdebstrap'}", file=sys.stderr)
         return 2

@@ -198,8 +198,9 @@ def _lexists(root: Path) -> Callable[[str], bool]:
 
 
 def _ldconfig(tree: Path, log: Log) -> None:
-    """ld.so.cache from the root's own ldconfig, run inside the root (it reads the root's ld.so.conf and libraries;
-    -X: it creates no soname links, the packages carry theirs)."""
+    """ld.so.cache from the root's own ldconfig, run inside the root (it reads the root's ld.so.conf and libraries,
+    and the root's etc is all the /etc it sees: no host ld.so.conf.d entry reaches the cache; -X: it creates no
+    soname links, the packages carry theirs)."""
     from . import sandbox
 
     if not (tree / "usr" / "sbin" / "ldconfig").is_file():
