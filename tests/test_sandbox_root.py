@@ -149,7 +149,7 @@ def test_ldconfig_inside_an_assembled_root_never_reads_the_hosts_conf(tiny_root)
 
 @needs_sandbox
 def test_a_build_command_in_a_build_root_reads_no_root_only_file_of_the_host(tiny_root, tmp_path):
-    """The plan's build command for a rooted variant (roots.enter's bwrap line), run by the executor: it cannot open
+    """The plan's build command for a rooted variant (Root.wrap's bwrap line), run by the executor: it cannot open
     a sysctl for writing or read what the host's /proc keeps for root; /etc is the root's."""
     mini, cache, dest, _ = tiny_root
     project = config.load_project(mini.root)
