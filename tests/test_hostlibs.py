@@ -439,12 +439,13 @@ def _env(**extra) -> dict:
 
 
 def _rows(out: str) -> dict[str, str]:
-    """`1bit check`'s table: backend -> its line (rich draws the cells between │)."""
+    """`1bit check`'s rows (plain aligned rows off a terminal): backend -> its line."""
     rows = {}
-    for line in out.splitlines():
-        cells = [c.strip() for c in line.strip("│ ").split("│")]
-        if len(cells) == 6:
-            rows[cells[0]] = line
+    lines = out.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("backend ")), len(lines))
+    for line in lines[start + 2:]:
+        if line.strip() and not line.startswith("1bit check:"):
+            rows[line.split()[0]] = line
     return rows
 
 
