@@ -6,7 +6,10 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from .floor import Floor
 
 INSTALL_PREFIX = "/opt/onebit"  # the prefix packages are built for; everything is relocatable ($ORIGIN RPATH)
 
@@ -196,6 +199,8 @@ class StageData:
     toolchains: tuple[str, ...] = ()  # the variant's toolchain roots: an RPATH into one is dropped (link-time only)
     build_root: str | None = None  # the assembled build root the variant was built in: its tests run inside it too
     offload_targets: tuple[str, ...] = ()  # every shipped HIP file carries exactly these GPU targets (builders/offload.py)
+    floor: Floor | None = None  # the floor every shipped ELF file meets (builders/floor.py); None: no gate
+    host_libraries: tuple[str, ...] = ()  # the floor's host-library sets the variant declares (stage.host_libraries)
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,7 @@ class PackageData:
     prefix: str  # the staged prefix whose files the package carries
     out: str  # a directory of its own per cache key
     depends: tuple[str, ...]  # run requirements known at plan time (virtual packages a conda client detects: __cuda)
-    glibc_from_elf: bool  # add `__glibc >=X` from the highest GLIBC_ symbol version the staged ELF files need
+    glibc_floor: str | None  # the floor's glibc: `__glibc >=X` is declared when the package ships any ELF file
 
     @property
     def file(self) -> Path:

@@ -351,6 +351,7 @@ def test_the_walk_of_a_bundle_name_crosses_four_modules():
     finally:
         sys.setprofile(None)
     modules = {"builders/kinds" if m.startswith("builders/kinds/") else m for m in ran} - {"builders/plan_types"}
-    # and a build root's (root_pins: its key; roots.enter -> sandbox.argv: the bwrap command line of a rooted variant)
+    # and a build root's (root_pins: its key; roots.enter -> sandbox.argv: the bwrap command line of a rooted variant),
+    # and the floor's (floor: its key, glibc and a backend's host libraries)
     assert modules == {"builders/plan", "builders/config", "builders/host", "builders/kinds", "builders/root_pins",
-                       "builders/roots", "builders/sandbox"}, sorted(ran)
+                       "builders/roots", "builders/sandbox", "builders/floor"}, sorted(ran)
