@@ -2,8 +2,8 @@
 
 Tables over the pure decisions; floor.yaml checked by `1bit-build validate`; the gate driven through the real build
 of the mini project (tests/mini_project.py) with files compiled here by gcc that exceed the floor: a C++ library
-binding a gcc 12-only libstdc++ symbol, a program calling glibc 2.36's arc4random, a library linking an undeclared
-libz.so.1 or an undeclared host set's libvulkan.so.1. Each ends in one error line, no traceback."""
+binding a gcc 12-only libstdc++ symbol, a program calling glibc 2.36's arc4random, a library linking OpenMP's
+libgomp.so.1, or an undeclared host set's libz.so.1 or libvulkan.so.1. Each ends in one error line, no traceback."""
 from __future__ import annotations
 
 import json
@@ -62,7 +62,7 @@ def test_host_sets_name_each_soname_with_what_provides_it():
 
 def test_every_recipe_declares_the_host_sets_its_programs_link():
     declared = {v.id: v.host_libraries for r in PROJECT.recipes.values() for v in map(r.variant, r.variant_names())}
-    assert declared == {"cpu": (), "serve": (), "tokenizers": (), "laya": (), "ds4-cpu": (), "vulkan": ("vulkan",),
+    assert declared == {"cpu": (), "serve": ("zlib",), "tokenizers": (), "laya": (), "ds4-cpu": (), "vulkan": ("vulkan",),
                         "zinc": ("vulkan",), "lean-vulkan": ("vulkan",), "hrx": ("vulkan",), "cuda": ("cuda",),
                         "ds4-cuda": ("cuda",), "ds4-rocm": ("rocm7",), "lean-rocm": ("rocm7",), "xdna": ("xrt",)}
 
@@ -116,7 +116,7 @@ def needs(*pairs, needed=(), **kw) -> ElfFacts:
     (needs(needed=["libvulkan.so.1"]), (), [("link", "libvulkan.so.1", "vulkan")]),
     (needs(needed=["libhipblas.so.3"]), ("vulkan",), [("link", "libhipblas.so.3", "rocm7")]),
     (needs(needed=["libgomp.so.1", "libz.so.1"]), ("vulkan", "cuda", "rocm7", "xrt"),
-     [("link", "libgomp.so.1", ""), ("link", "libz.so.1", "")]),
+     [("link", "libgomp.so.1", ""), ("link", "libz.so.1", "zlib")]),
     # a kernel module: its vermagic, never its symbols; a GPU code object: not the host loader's
     (needs(("x", "GLIBC_2.99"), type="ET_REL", vermagic="7.2.13+deb14-amd64 SMP preempt mod_unload"), (), []),
     (needs(type="ET_REL"), (), [("module", "", "")]),
@@ -191,7 +191,7 @@ def last_line_of(path: Path, needle: str) -> int:
     ("floor.yaml", '      libcuda.so.1: "the', '      libvulkan.so.1: "the', "libvulkan.so.1 is already in host set 'vulkan'"),
     ("floor.yaml", "  vulkan:\n    summary:", "  vulkan:\n    sumary:", "unknown key(s) 'sumary'"),
     ("recipes/ds4-rocm.yaml", "  host_libraries: [rocm7]", "  host_libraries: [rocm6]",
-     "unknown host-library set 'rocm6'; floor.yaml declares: cuda, rocm7, vulkan, xrt"),
+     "unknown host-library set 'rocm6'; floor.yaml declares: cuda, rocm7, vulkan, xrt, zlib"),
     ("recipes/vulkan.yaml", "  host_libraries: [vulkan]", "  host_libraries: [Vulkan]", "'Vulkan' does not match"),
 ])
 def test_validate_reports_a_broken_floor_with_file_and_line(project, capsys, file, old, new, expected):
@@ -231,6 +231,7 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
+OMP_C = "void scale(float *x, int n) {\n#pragma omp parallel for\n    for (int i = 0; i < n; i++) x[i] *= 2;\n}\n"
 GZ_C = '#include <zlib.h>\nconst char *gz_version(void) { return zlibVersion(); }\n'
 VK_C = "void *vkGetInstanceProcAddr(void *instance, const char *name);\nvoid *vk_entry(void) { return vkGetInstanceProcAddr(0, \"vkCreateInstance\"); }\n"
 LIBVULKAN = Path("/usr/lib/x86_64-linux-gnu/libvulkan.so.1")
@@ -295,14 +296,24 @@ def test_a_program_calling_glibc_2_36s_arc4random_fails_the_stage(mini, tmp_path
     assert "bin/hello needs GLIBC_2.36 of libc.so.6 (arc4random), above the floor manylinux_2_34 (GLIBC_2.34)" in error
 
 
-def test_a_library_linking_an_undeclared_host_library_fails_the_stage(mini, tmp_path):
+def test_a_library_linking_libgomp_fails_the_stage(mini, tmp_path):
+    """OpenMP's runtime, as libggml-cpu.so linked it: a compiler runtime neither shipped nor in any host set."""
+    upstream_release(mini, {"omp.c": OMP_C}, "find_package(OpenMP REQUIRED)\nadd_library(omp SHARED omp.c)\n"
+                                             "target_link_libraries(omp PRIVATE OpenMP::OpenMP_C)\ninstall(TARGETS omp)\n")
+    keep(mini, "bin/hello", "lib/*.so*")
+    error = gate_error(cli_build(mini, tmp_path), tmp_path)
+    assert ("lib/libomp.so links libgomp.so.1, which is neither shipped in the package nor a host library the floor "
+            "manylinux_2_34 allows (base, or a declared host set: none)") in error
+    assert "hint: ship the library in the package" in error
+
+
+def test_a_library_linking_an_undeclared_libz_fails_the_stage(mini, tmp_path):
     upstream_release(mini, {"gz.c": GZ_C}, "add_library(gz SHARED gz.c)\ntarget_link_libraries(gz PRIVATE z)\n"
                                            "install(TARGETS gz)\n")
     keep(mini, "bin/hello", "lib/*.so*")
     error = gate_error(cli_build(mini, tmp_path), tmp_path)
-    assert ("lib/libgz.so links libz.so.1, which is neither shipped in the package nor a host library the floor "
-            "manylinux_2_34 allows (base, or a declared host set: none)") in error
-    assert "hint: ship the library in the package" in error
+    assert "lib/libgz.so links libz.so.1, a library of host set 'zlib', which the recipe does not declare" in error
+    assert "hint: declare it in the recipe: stage.host_libraries: [zlib]" in error
 
 
 def test_a_host_set_library_passes_only_where_the_recipe_declares_the_set(mini, tmp_path):
@@ -350,5 +361,5 @@ def test_the_mini_project_as_it_is_passes_the_gate(mini, tmp_path):
 def test_the_default_floor_is_the_projects_floor_yaml():
     """builders' default floor (for a project without floor.yaml, packaged with builders) is this file, not a copy."""
     data = yaml.safe_load((ROOT / "floor.yaml").read_text())
-    assert data["policy"] == "manylinux_2_34" and set(data["host_sets"]) == {"vulkan", "cuda", "rocm7", "xrt"}
+    assert data["policy"] == "manylinux_2_34" and set(data["host_sets"]) == {"vulkan", "cuda", "rocm7", "xrt", "zlib"}
     assert floors.DEFAULT_FILE.resolve() == (ROOT / "floor.yaml").resolve()
