@@ -318,8 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except OnebitError as exc:
-        # the message is text, not markup: a C++ symbol's [abi:cxx11] or a YAML list [vulkan] is printed as it is
-        console.print(f"[bold red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
+        # the message is text, not markup or emoji codes: a C++ symbol's [abi:cxx11], a YAML list [vulkan] and a
+        # file's line 100 (`vulkan.yaml:100:`, rich's :100: emoji) are printed as they are
+        console.print(f"[bold red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True, emoji=False)
         return 2
     except OSError as exc:  # a host fault (permissions, disk full, another filesystem): one line, no traceback
         console.print(f"error: {describe_os_error(exc)}", style="bold red", highlight=False, soft_wrap=True, markup=False)

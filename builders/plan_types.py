@@ -6,10 +6,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
-
-if TYPE_CHECKING:
-    from .floor import Floor
+from typing import Any, Mapping
 
 INSTALL_PREFIX = "/opt/onebit"  # the prefix packages are built for; everything is relocatable ($ORIGIN RPATH)
 
@@ -199,7 +196,7 @@ class StageData:
     toolchains: tuple[str, ...] = ()  # the variant's toolchain roots: an RPATH into one is dropped (link-time only)
     build_root: str | None = None  # the assembled build root the variant was built in: its tests run inside it too
     offload_targets: tuple[str, ...] = ()  # every shipped HIP file carries exactly these GPU targets (builders/offload.py)
-    floor: Floor | None = None  # the floor every shipped ELF file meets (builders/floor.py); None: no gate
+    floor: Any = None  # builders.floor.Floor: what every shipped ELF file meets (floor.yaml); None: no gate
     host_libraries: tuple[str, ...] = ()  # the floor's host-library sets the variant declares (stage.host_libraries)
 
 
