@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import config, host
@@ -327,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except OnebitError as exc:
-        console.print(f"[bold red]error[/]: {exc}", highlight=False, soft_wrap=True)
+        # the message is text, not markup or emoji codes: a C++ symbol's [abi:cxx11], a YAML list [vulkan] and a
+        # file's line 100 (`vulkan.yaml:100:`, rich's :100: emoji) are printed as they are
+        console.print(f"[bold red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True, emoji=False)
         return 2
     except OSError as exc:  # a host fault (permissions, disk full, another filesystem): one line, no traceback
         console.print(f"error: {describe_os_error(exc)}", style="bold red", highlight=False, soft_wrap=True, markup=False)

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import schemas, yamlio
+from . import floor as floors, schemas, yamlio
 from .version import this_week
 from .errors import OnebitError, ValidationError
+from .floor import Floor
 
 DEFAULT_VARIANT = "default"
 # `{name}`, `{tool:NAME}`, `{tool:NAME:root}`, `{tool:NAME:major}`: what a recipe's options, env, commands, tests and
@@ -196,6 +197,7 @@ class Variant:
     strip: str | None = None  # "debug": strip the debug sections of what ships
     build_root: str | None = None  # roots/<name>.yaml the build step runs inside (None: the host)
     offload_targets: tuple[str, ...] = ()  # the GPU targets every shipped HIP file must carry exactly (gfx1151)
+    host_libraries: tuple[str, ...] = ()  # floor.yaml's host-library sets its shipped files may link (rocm7)
 
     @property
     def id(self) -> str:
@@ -302,6 +304,7 @@ class Recipe:
             strip=vstage.get("strip", stage.get("strip")),
             build_root=build_root,
             offload_targets=tuple(vstage.get("offload_targets", stage.get("offload_targets", []))),
+            host_libraries=tuple(vstage.get("host_libraries", stage.get("host_libraries", []))),
         )
 
 
@@ -325,6 +328,7 @@ class Project:
     pins_doc: yamlio.Document
     digests: dict[str, str] = field(default_factory=dict)  # patch files and local sources, read once at load
     roots: dict = field(default_factory=dict)  # roots/<name>.yaml: name -> roots.RootPin
+    floor: Floor | None = None  # floor.yaml (or the default floor): what every shipped ELF file may need
 
     def bundle(self, name: str) -> Bundle:
         if name not in self.bundles:
@@ -441,6 +445,8 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
                 continue
             yield path, doc
 
+    floor, floor_problems = floors.load(root)
+    problems += floor_problems
     broken: set[str] = set()
     recipes: dict[str, Recipe] = {}
     for path, doc in valid_docs("recipes", "recipe"):
@@ -457,6 +463,8 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
             broken.add(f"recipes/{path.stem}")
             continue
         recipes[name] = recipe
+        if floor is not None:
+            problems += floors.recipe_problems(floor, _host_set_refs(recipe))
         pin_name = recipe.pin_name
         if pin_name and pins and pin_name not in pins:
             problems.append(f"{doc.where(('source', 'pin'))}: unknown pin {pin_name!r}; pins.yaml has: {', '.join(sorted(pins))}")
@@ -521,7 +529,17 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         if local and (root / local).is_dir():
             digests[f"local:{local}"] = tree_digest(root / local)
     return Project(root=root, pins=pins, recipes=recipes, bundles=bundles, pins_doc=pins_doc, digests=digests,
-                   roots=build_roots)
+                   roots=build_roots, floor=floor)
+
+
+def _host_set_refs(recipe: Recipe) -> list[tuple[str, str]]:
+    """(file:line, name) of every host-library set a recipe or one of its variants declares (stage.host_libraries)."""
+    out = [(recipe.doc.where(("stage", "host_libraries", i)), n)
+           for i, n in enumerate(recipe.data["stage"].get("host_libraries", []))]
+    for name, over in (recipe.data.get("variants") or {}).items():
+        for i, n in enumerate(((over or {}).get("stage") or {}).get("host_libraries", [])):
+            out.append((recipe.doc.where(("variants", name, "stage", "host_libraries", i)), n))
+    return out
 
 
 def _root_refs(recipe: Recipe) -> list[tuple[str, str]]:

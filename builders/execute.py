@@ -334,10 +334,8 @@ class Executor:
     def do_package(self, step: Step, progress, task) -> None:
         d: PackageData = step.data
         depends = list(d.depends)
-        if d.glibc_from_elf:
-            glibc = elf.glibc_needed(Path(d.prefix))
-            if glibc:
-                depends.append(f"__glibc >={glibc}")
+        if d.glibc_floor and elf.any_elf(Path(d.prefix)):
+            depends.append(f"__glibc >={d.glibc_floor}")
         package.assemble(name=d.name, version=d.version, build_string=d.build_string, build_number=d.build_number,
                          files_dir=Path(d.prefix), out_dir=Path(d.out), platform=self.plan.platform, license=d.license,
                          summary=d.summary, homepage=d.homepage, depends=depends,

@@ -18,6 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 from .config import MIRRORS_ENV, PLACEHOLDER, Bundle, Pin, Project, Recipe, Tool, Variant, describe_placeholders
 from .errors import OnebitError
+from .floor import Floor
 from .host import HostFacts, ToolFact, version_ok, pinned_root
 from .kinds import KINDS, KindContext, flags
 from .root import Root, build_root
@@ -446,6 +447,7 @@ class VariantInputs:
     path: tuple[str, ...] = ()  # toolchain folders put first on PATH for the build's and the install's commands
     root: Root = field(default_factory=Root)  # where the commands run: the host, or the variant's build root
     binds: Binds = field(default_factory=Binds)  # what of the host a build root shows them
+    floor: Floor | None = None  # the project's floor (floor.yaml): the stage gate's and the package's
 
     @property
     def build_dir(self) -> Path:
@@ -520,7 +522,7 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
                          wheels_key=wkey if recipe.source.get("wheels") else None, overrides=overrides,
                          build_number=build_number, version=version,
                          patches=tuple(p.file for p in recipe.patches(project.root)), path=path, root=root,
-                         binds=binds)
+                         binds=binds, floor=project.floor)
 
 
 def on_path(commands: Sequence[Command], path: Sequence[str]) -> tuple[Command, ...]:
@@ -570,6 +572,8 @@ def manifest_entry(v: VariantInputs) -> dict | None:
     }
     if variant.provides_env:
         entry["env"] = dict(variant.provides_env)
+    if variant.host_libraries and v.floor:
+        entry["host_libraries"] = v.floor.host_libraries(variant.host_libraries)
     return entry
 
 
@@ -611,7 +615,8 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
     key = digest("stage", build.key, variant.install, variant.root, variant.keep, variant.binaries, variant.links,
                  entry, [dataclasses.astuple(t) for t in tests], [dataclasses.astuple(r) for r in runtime],
                  *([variant.strip] if variant.strip else []),
-                 *([("offload", variant.offload_targets)] if variant.offload_targets else []))
+                 *([("offload", variant.offload_targets)] if variant.offload_targets else []),
+                 *([("floor", v.floor.key, variant.host_libraries)] if v.floor else []))
     return Step(id=f"stage:{variant.id}", action="stage",
                 title=f"stage {variant.id} into a DESTDIR, set RPATH $ORIGIN, check it", key=key,
                 commands=_install_commands(v) if variant.install == "build-system" else (),
@@ -625,7 +630,8 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
                                test_values={"commit": v.source.commit or "", "commit7": v.source.short},
                                where=str(variant.recipe.path), runtime=runtime, strip=variant.strip,
                                toolchains=toolchain_roots(v), build_root=v.root,
-                               offload_targets=variant.offload_targets))
+                               offload_targets=variant.offload_targets, floor=v.floor,
+                               host_libraries=variant.host_libraries))
 
 
 def plan_package(v: VariantInputs, stage: Step) -> Step:
@@ -643,7 +649,8 @@ def plan_package(v: VariantInputs, stage: Step) -> Step:
                 data=PackageData(name=variant.package_name, version=v.version, build_string=v.build_string,
                                  build_number=v.build_number, license=recipe.data["license"], summary=recipe.data["summary"],
                                  homepage=recipe.data.get("homepage"), prefix=stage.data.prefix,
-                                 out=str(v.layout.packages(key)), depends=depends, glibc_from_elf=True))
+                                 out=str(v.layout.packages(key)), depends=depends,
+                                 glibc_floor=v.floor.glibc if v.floor else None))
 
 
 def plan_bundle(bundle: Bundle, version: str, build_number: int, packages: Sequence[Step], layout: Layout) -> list[Step]:

@@ -202,6 +202,8 @@ class StageData:
     toolchains: tuple[str, ...] = ()  # the variant's toolchain roots: an RPATH into one is dropped (link-time only)
     build_root: Any = None  # the Root (builders/root.py) the variant was built in: its tests and probes run there too
     offload_targets: tuple[str, ...] = ()  # every shipped HIP file carries exactly these GPU targets (builders/offload.py)
+    floor: Any = None  # builders.floor.Floor: what every shipped ELF file meets (floor.yaml); None: no gate
+    host_libraries: tuple[str, ...] = ()  # the floor's host-library sets the variant declares (stage.host_libraries)
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,7 @@ class PackageData:
     prefix: str  # the staged prefix whose files the package carries
     out: str  # a directory of its own per cache key
     depends: tuple[str, ...]  # run requirements known at plan time (virtual packages a conda client detects: __cuda)
-    glibc_from_elf: bool  # add `__glibc >=X` from the highest GLIBC_ symbol version the staged ELF files need
+    glibc_floor: str | None  # the floor's glibc: `__glibc >=X` is declared when the package ships any ELF file
 
     @property
     def file(self) -> Path:

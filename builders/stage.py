@@ -4,6 +4,7 @@ A variant with a `stage.root` lives in its own subtree of the prefix (libexec/on
 libraries beside its programs through RUNPATH $ORIGIN/../lib, so two builds of llama.cpp never share a lib/."""
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import os
@@ -13,10 +14,13 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from rich.markup import escape
+
 from onebit.adapters import list_devices
 
-from . import elf, offload, toolchain
+from . import elf, floor as floors, offload, toolchain
 from .elf import is_elf
+from .floor import Floor
 from .errors import StageError
 from .plan_types import StageData
 from .repro import builder_python_env, drop_bytecode, scan_tree
@@ -143,6 +147,58 @@ def check_rpaths(prefix: Path, forbidden: Sequence[tuple[str, str]]) -> list[str
         if path.is_file() and not path.is_symlink() and is_elf(path):
             problems += rpath_problems(path.relative_to(prefix).as_posix(), read_rpath(path), forbidden)
     return problems
+
+
+# ---- the floor gate: every shipped ELF file against floor.yaml (builders/floor.py decides) ----------------------
+def demangle(names: Sequence[str]) -> dict[str, str]:
+    """C++ symbol names as binutils' c++filt prints them (the names themselves where it is absent or fails)."""
+    exe = shutil.which("c++filt")
+    if exe is None or not names:
+        return {n: n for n in names}
+    proc = subprocess.run([exe], input="\n".join(names) + "\n", capture_output=True, text=True)
+    lines = proc.stdout.splitlines()
+    return dict(zip(names, lines)) if proc.returncode == 0 and len(lines) == len(names) else {n: n for n in names}
+
+
+def floor_problems(prefix: Path, floor: Floor, declared: Sequence[str]) -> tuple[list[floors.Problem], list[tuple[str, str]]]:
+    """Read every ELF file below the staged prefix and judge it against the floor: the problems (a symbol that needs
+    each version above it, demangled), and the kernel modules found with their vermagic."""
+    files = sorted(p for p in prefix.rglob("*") if p.is_file() and not p.is_symlink() and is_elf(p))
+    shipped = {p.name for p in prefix.rglob("*") if not p.is_dir() or p.is_symlink()}
+    problems: list[floors.Problem] = []
+    modules: list[tuple[str, str]] = []
+    for path in files:
+        rel = path.relative_to(prefix).as_posix()
+        facts = elf.read(path)
+        if facts.type == "ET_REL" and facts.vermagic:
+            modules.append((rel, facts.vermagic))
+        found = floors.file_problems(rel, facts, shipped, floor, declared)
+        wanted = {p.version for p in found if p.kind == "version"}
+        symbols = elf.symbols_needing(path, wanted) if wanted else {}
+        names = demangle(sorted(set(symbols.values())))
+        problems += [dataclasses.replace(p, symbol=names.get(symbols.get(p.version, ""), "")) for p in found]
+    return problems, modules
+
+
+def check_floor(data: StageData, prefix: Path, log: Callable[[str], None]) -> None:
+    """The stage gate: every shipped ELF file (programs, libraries, Python extension modules, runtimes shipped from a
+    toolchain) needs no symbol version above the floor and links only what its package ships, the floor's base or a
+    host set its recipe declares; a kernel module carries a vermagic. Fails in one line (the first problem; every one
+    is logged)."""
+    if data.floor is None:
+        return
+    problems, modules = floor_problems(prefix, data.floor, data.host_libraries)
+    for rel, vermagic in modules:
+        log(f"kernel module {rel} of {data.variant}: vermagic {vermagic}")
+    if not problems:
+        return
+    lines = [p.line(data.floor, data.host_libraries) for p in problems]
+    for line in lines:
+        log(f"[red]floor[/] {data.variant}: {escape(line)}")
+    more = (f" (and {len(lines) - 1} more problem(s) in "
+            f"{len({p.file for p in problems[1:]})} file(s): {', '.join(sorted({p.file for p in problems[1:]})[:5])})"
+            if len(lines) > 1 else "")
+    raise StageError(lines[0] + more, where=data.where, hint=problems[0].hint())
 
 
 # ---- the whole stage step: the executor calls stage_variant and nothing else -----------------------------------
@@ -311,6 +367,7 @@ def stage_variant(data: StageData, work: Path, key: str, run_install: Callable[[
             raise StageError(f"binary {name!r} ({rel}) is not in the staged tree", where=data.where,
                              hint="check stage.binaries and stage.keep in the recipe")
     make_links(tmp_prefix, data.root, data.links)
+    check_floor(data, tmp_prefix, log)
     if data.manifest_entry:
         entry_file = tmp_prefix / "share" / "onebit" / "backends" / f"{data.variant}.json"
         entry_file.parent.mkdir(parents=True, exist_ok=True)

@@ -258,7 +258,8 @@ def mini_cuda_project(base: Path) -> Path:
             "CMAKE_CUDA_ARCHITECTURES": "90-real", "CMAKE_CUDA_COMPILER": "{tool:nvcc}",
             "CUDA_cuda_driver_LIBRARY": cuda["build"]["options"]["CUDA_cuda_driver_LIBRARY"]}},
         "requirements": {"run": cuda["requirements"]["run"]},
-        "stage": {"root": "libexec/onebit/{variant}", "keep": ["lib/lib*.so*"], "binaries": {"gemm": "lib/libgemm.so"}},
+        "stage": {"root": "libexec/onebit/{variant}", "keep": ["lib/lib*.so*"], "binaries": {"gemm": "lib/libgemm.so"},
+                  "host_libraries": ["cuda"]},  # libgemm.so links the driver's libcuda.so.1, as ggml-cuda does
         "provides": {"backend": "cuda", "devices": ["CUDA0"], "features": []},
     }
     (root / "recipes" / "minicuda.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))

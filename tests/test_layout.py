@@ -107,7 +107,7 @@ def test_run_requirements_are_declared():
     plan = make_plan(PROJECT, "nvidia", facts(), Layout(ROOT, Path("/c"), Path("/w"), Path("/o")))
     assert plan.step("package:cuda").data.depends == ("__cuda >=99",)  # facts() finds every tool at 99.0
     assert plan.step("package:serve").data.depends == ()  # runs on the host's CPython: no __python (test_conda_clients)
-    assert plan.step("package:cpu").data.glibc_from_elf
+    assert plan.step("package:cpu").data.glibc_floor == "2.34"  # floor.yaml's policy, never the build host's
 
 
 def test_build_string_table():

@@ -367,9 +367,9 @@ def test_the_walk_of_a_bundle_name_crosses_four_modules():
         sys.setprofile(None)
     modules = {"builders/kinds" if m.startswith("builders/kinds/") else m for m in ran} - {"builders/plan_types"}
     # and where it runs (root_pins: a build root's key; root.wrap -> sandbox.argv: the bwrap command line of a rooted
-    # variant; the host root's network cut)
+    # variant; the host root's network cut), and the floor's (floor: its key, glibc and a backend's host libraries)
     assert modules == {"builders/plan", "builders/config", "builders/host", "builders/kinds", "builders/root_pins",
-                       "builders/root", "builders/sandbox"}, sorted(ran)
+                       "builders/root", "builders/sandbox", "builders/floor"}, sorted(ran)
 
 
 def test_a_hint_from_deep_in_a_step_names_the_real_bundle(tmp_path, capsys):
