@@ -182,12 +182,10 @@ def make_variables(variables: Mapping[str, str], sr: Sysroot, *, host_libs: Host
     """Pure: make command-line variables with the sysroot's flags after each compiler variable's command (CC, CXX,
     GPU_CC, NVCC, ...): a Makefile compiles and links with the same variable, so each takes both sets. `host_libs` go to
     the hipcc variable only (ds4's GPU_CC links the ROCm libraries; CC's programs link none). A variable whose command
-    is no known compiler is left as it is."""
-    from .kinds.flags import compiler_family as variable_is_compiler
-
+    is no known compiler (ROCM_ARCH=gfx1151, programs=ds4 ...) is left as it is."""
     out = dict(variables)
     for k, v in variables.items():
-        family = compiler_family(v) if variable_is_compiler(k) else None
+        family = compiler_family(v)
         if family is None or family == "zig":
             continue
         hl = host_libs if family == "hipcc" else None  # the ROCm libraries: what hipcc links

@@ -82,11 +82,14 @@ def test_compiler_family(command, family):
 def test_make_variables_give_each_compiler_both_sets():
     hl = HostLibs("/w/h", ("/usr/lib/x86_64-linux-gnu",))
     out = sysroot.make_variables({"CC": "cc -ffile-prefix-map=/a=/b", "GPU_CC": "/usr/bin/hipcc", "NVCC": "nvcc",
-                                  "ROCM_ARCH": "gfx1151", "CXX": "icx"}, SR, host_libs=hl)
+                                  "ROCM_ARCH": "gfx1151", "CXX": "icx", "CUDA_HOME": "/usr/local/cuda",
+                                  "programs": "ds4 ds4-server", "NATIVE_CPU_FLAG": "-march=x86-64-v3"}, SR, host_libs=hl)
     assert out["CC"] == " ".join(["cc -ffile-prefix-map=/a=/b", *sysroot.flags("gcc", SR).both])
     assert out["GPU_CC"] == " ".join(["/usr/bin/hipcc", *sysroot.flags("hipcc", SR, host_libs=hl).both])
     assert out["NVCC"] == " ".join(["nvcc", *sysroot.flags("nvcc", SR).both])
-    assert out["ROCM_ARCH"] == "gfx1151" and out["CXX"] == "icx"  # not a compiler variable / no known compiler
+    for k in ("ROCM_ARCH", "CXX", "CUDA_HOME", "programs", "NATIVE_CPU_FLAG"):  # no known compiler: as they were
+        assert out[k] == {"ROCM_ARCH": "gfx1151", "CXX": "icx", "CUDA_HOME": "/usr/local/cuda", "programs": "ds4 ds4-server",
+                          "NATIVE_CPU_FLAG": "-march=x86-64-v3"}[k]
     assert "-L/w/h" not in out["CC"]  # ds4's CC links no ROCm library
 
 
