@@ -294,8 +294,10 @@ def assemble_debs(debs: Sequence[tuple[object, Path]], dest: Path, *, log: Log =
     """Unpack (DebInput, .deb) pairs into dest/debian/ and lay the root out as an SDK is laid out (LunarG's, which
     CMake's FindVulkan reads through $VULKAN_SDK): bin/ (a wrapper per program of usr/bin), include/, lib/ (only the
     libraries a build links against: libvulkan.so, never the packages' libc), lib/pkgconfig/, share/cmake/.
+    A tree that is a sysroot (libc6-dev and a libstdc++ -dev: builders/sysroot.py) also gets floor/, the link
+    stand-ins of its libstdc++ and libgcc_s capped at the floor.
     Written aside, swapped into place; `onebit-toolchain.json` names every package."""
-    from . import debs as debian
+    from . import debs as debian, sysroot
     from .swap import building, mark
 
     with building(dest) as tmp:
@@ -324,7 +326,12 @@ def assemble_debs(debs: Sequence[tuple[object, Path]], dest: Path, *, log: Log =
         for pc in sorted((tree / MULTIARCH / "pkgconfig").glob("*.pc")):
             (lib / "pkgconfig").mkdir(exist_ok=True)
             (lib / "pkgconfig" / pc.name).write_text(pc_file(pc.read_text()))
-        (tmp / METADATA).write_text(json.dumps({"assembly": ASSEMBLY, "debs": entries}, indent=2, sort_keys=True) + "\n")
+        meta: dict = {"assembly": ASSEMBLY, "debs": entries}
+        if sysroot.is_sysroot(tree):  # the portability sysroot: its link stand-ins, capped at the floor
+            standins = sysroot.floor_standins(tree, tmp / sysroot.FLOOR_DIR)
+            log(f"link stand-ins capped at {sysroot.FLOOR.policy}: {', '.join(sorted(standins))}")
+            meta["floor"] = {"policy": sysroot.FLOOR.policy, "caps": sysroot.FLOOR.caps(), "standins": standins}
+        (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         mark(tmp, marker_text(debs=[spec for spec, _ in debs]))
 
 

@@ -71,9 +71,10 @@ def test_one_input_per_distinct_list_with_every_place_that_carries_it():
     assert sorted(i.name for i in tc.find_inputs(recipes)) == ["vulkan-sdk-a", "vulkan-sdk-b", "zig"]
 
 
-def test_the_projects_own_recipes_carry_three_inputs_the_sdk_in_four_recipes():
+def test_the_projects_own_recipes_carry_four_inputs_the_sdk_in_four_recipes():
     got = {i.name: i for i in tc.load_inputs(TOP)}
-    assert sorted(got) == ["nvcc", "vulkan-sdk", "zig"]
+    assert sorted(got) == ["nvcc", "sysroot", "vulkan-sdk", "zig"]
+    assert got["sysroot"].kind == "debs" and len(got["sysroot"].entries) == 9  # the portability sysroot
     assert got["vulkan-sdk"].files == ["recipes/hrx.yaml", "recipes/lean.yaml", "recipes/vulkan.yaml", "recipes/zinc.yaml"]
     assert got["vulkan-sdk"].kind == "debs" and len(got["vulkan-sdk"].entries) == 8
     assert got["nvcc"].files == ["recipes/cuda.yaml"] and got["zig"].files == ["recipes/zinc.yaml"]
@@ -661,8 +662,9 @@ def test_a_toolchains_json_that_is_not_a_plain_file_is_refused_in_one_line_witho
 def test_the_projects_recipes_move_alike_and_still_load(tmp_path, monkeypatch):
     """A copy of this checkout's recipes against an archive that holds exactly the pinned SDK files (in the suites
     the issue names: libvulkan1 in bookworm, the rest in trixie) plus a bookworm point release of libvulkan1 and
-    newer sid uploads, and an index that holds the pinned wheels plus newer ones: the edited recipes load with the
-    project's loader, the four SDK lists are still one list, and only the moved entries changed."""
+    newer sid uploads, the sysroot's Debian 12 files in bookworm beside a glibc point release (and newer trixie
+    uploads it must not take), and an index that holds the pinned wheels plus newer ones: the edited recipes load with
+    the project's loader, the four SDK lists are still one list, and only the moved entries changed."""
     import shutil
 
     import yaml
@@ -686,6 +688,12 @@ def test_the_projects_recipes_move_alike_and_still_load(tmp_path, monkeypatch):
                               "SHA256": e["sha256"]})
         suites["sid"].append(stanza(name, version + "+sid1", arch))
     suites["bookworm"].append(stanza("libvulkan1", "1.3.239.0-1+deb12u1"))
+    for e in inputs["sysroot"].entries:  # Debian 12's: a bookworm point release of glibc, newer ones in trixie and sid
+        name, version, arch = tc.pool_name(e["path"])
+        suites["bookworm"].append({"Package": name, "Version": version, "Architecture": arch, "Filename": e["path"],
+                                   "SHA256": e["sha256"]})
+        suites["trixie"].append(stanza(name, version + "+trixie1", arch))
+    suites["bookworm"].append(stanza("libc6", "2.36-9+deb12u15"))
     archive = tmp_path / "debian"
     for suite, stanzas in suites.items():
         f = archive / "dists" / suite / "main" / "binary-amd64" / "Packages.xz"
@@ -707,21 +715,24 @@ def test_the_projects_recipes_move_alike_and_still_load(tmp_path, monkeypatch):
         out = {o.pin: o for o in tc.bump_inputs(copy, Options(), names_given=False, world=world)}
     finally:
         index.close()
-    assert {k: o.state for k, o in out.items()} == {"toolchain:nvcc": "edited", "toolchain:vulkan-sdk": "edited",
-                                                    "toolchain:zig": "edited"}
+    assert {k: o.state for k, o in out.items()} == {"toolchain:nvcc": "edited", "toolchain:sysroot": "edited",
+                                                    "toolchain:vulkan-sdk": "edited", "toolchain:zig": "edited"}
+    # the sysroot moves within bookworm only: never past the floor's glibc
+    assert "libc6: 2.36-9+deb12u14 (bookworm) -> 2.36-9+deb12u15 (bookworm)" in out["toolchain:sysroot"].detail
+    assert "1 change(s)" in out["toolchain:sysroot"].detail
     assert "libvulkan1: 1.3.239.0-1 (bookworm) -> 1.3.239.0-1+deb12u1 (bookworm)" in out["toolchain:vulkan-sdk"].detail
     assert "1 change(s)" in out["toolchain:vulkan-sdk"].detail  # nothing jumped to sid
     assert "nvidia-cuda-nvcc: 13.0.88 -> 13.1.80" in out["toolchain:nvcc"].detail  # 14.x is another major
     after = {f.name: f.read_text() for f in (copy / "recipes").glob("*.yaml")}
     changed = sorted(n for n in after if after[n] != before[n])
-    assert changed == ["cuda.yaml", "hrx.yaml", "lean.yaml", "vulkan.yaml", "zinc.yaml"]
+    assert changed == ["cpu.yaml", "cuda.yaml", "hrx.yaml", "lean.yaml", "vulkan.yaml", "zinc.yaml"]
     for n in changed:  # one line per moved entry, and the comments untouched
         diff = [(a, b) for a, b in zip(before[n].splitlines(), after[n].splitlines()) if a != b]
         assert len(before[n].splitlines()) == len(after[n].splitlines())
         assert len(diff) == {"cuda.yaml": 1, "zinc.yaml": 2}.get(n, 1), (n, diff)
         assert all(not a.lstrip().startswith("#") for a, _ in diff)
     moved = {i.name: i for i in tc.load_inputs(copy)}
-    assert sorted(moved) == ["nvcc", "vulkan-sdk", "zig"]  # still one SDK list, carried by the same four recipes
+    assert sorted(moved) == ["nvcc", "sysroot", "vulkan-sdk", "zig"]  # still one SDK list, in the same four recipes
     assert moved["vulkan-sdk"].files == sdk.files
     assert tc.pool_name(moved["vulkan-sdk"].entries[-1]["path"])[1] == "1.3.239.0-1+deb12u1"
     config.load_project(copy)  # the project's loader takes the edited recipes

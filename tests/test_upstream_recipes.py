@@ -251,7 +251,9 @@ def test_ds4_cuda_through_the_shims(shims, tmp_path):
 def test_ds4_rocm_through_the_shims(shims, tmp_path):
     plan, calls, prefix = shims(HOST, "strix", "ds4-rocm", {"Makefile": "all:\n"})
     rocm = f"{tmp_path}/tc/ONEBIT_DS4_ROCM_TOOLCHAIN"
-    m = maps("/home/u", f"{tmp_path}/cache", f"{tmp_path}/work/build/ds4-rocm", f"{tmp_path}/work/src/ds4-rocm@7a751eb56201", "ds4-rocm")
+    src = plan.step("build:ds4-rocm").data.source_dir  # ds4-rocm@7a751eb56201-<patches>: patch 0001 is applied
+    assert src.startswith(f"{tmp_path}/work/src/ds4-rocm@7a751eb56201-")
+    m = maps("/home/u", f"{tmp_path}/cache", f"{tmp_path}/work/build/ds4-rocm", src, "ds4-rocm")
     assert [c["argv"] for c in calls] == [["-C", f"{tmp_path}/work/build/ds4-rocm/tree", "-j2", "rocm", f"CC=/usr/bin/ccache cc {m}",
                                            f"GPU_CC=/usr/bin/ccache {rocm}/bin/hipcc {m}", "NATIVE_CPU_FLAG=-march=x86-64-v3",
                                            f"ROCM_PATH={rocm}", "ROCM_ARCH=gfx1151"]]
