@@ -1,6 +1,7 @@
 """The declarative inputs: pins.yaml, recipes/*.yaml, bundles/*.yaml, loaded, validated and cross-checked."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -147,6 +148,7 @@ class Tool:
     debs: tuple[DebInput, ...] = ()  # a toolchain input assembled from Debian packages fetched and verified likewise
     in_root: str | None = None  # the tool's absolute path inside the variant's build root (`{tool:T:root}` is /usr)
     root: str | None = None  # the build root the variant runs in (set from build.root): the tool is looked up there
+    floor: tuple | None = None  # the sysroot's: (policy, ((family, cap), ...)) its link stand-ins are capped at
 
     @property
     def pinned(self) -> bool:
@@ -226,7 +228,16 @@ class Variant:
             names.add("crates")
         if self.recipe.pin_name and self.recipe.source.get("huggingface"):
             names.add("hf")
+        if any(t.tool == SYSROOT for t in self.toolchain):
+            names.add(SYSROOT_CMAKE)
         return names
+
+
+SYSROOT = "sysroot"  # floor.yaml's toolchain entry: the pinned sysroot (builders/sysroot.py)
+SYSROOT_KINDS = ("cmake", "make", "cargo")  # the build kinds that compile C/C++ and link with the sysroot's flags
+# a script recipe that runs CMake itself (hrx's three passes) names the sysroot's toolchain file with this placeholder
+# (-DCMAKE_TOOLCHAIN_FILE={sysroot:cmake}); the plan writes the file and gives the variant the sysroot
+SYSROOT_CMAKE = "sysroot:cmake"
 
 
 @dataclass(frozen=True)
@@ -235,6 +246,7 @@ class Recipe:
     path: Path
     data: dict = field(compare=False, hash=False)
     doc: yamlio.Document = field(compare=False, hash=False)
+    sysroot: Tool | None = field(default=None, compare=False, hash=False)  # floor.yaml's, given to compiled variants
 
     @property
     def source(self) -> dict:
@@ -276,6 +288,9 @@ class Recipe:
         provides = {**self.data["provides"], **over.get("provides", {})}
         build_root = vbuild.get("root", build.get("root"))
         tools = [_tool(t, build_root) for t in self.data.get("toolchain", []) + over.get("toolchain", [])]
+        commands = vbuild.get("commands", build.get("commands", []))
+        if self.sysroot is not None and (build["kind"] in SYSROOT_KINDS or "{" + SYSROOT_CMAKE + "}" in str(commands)):
+            tools.append(dataclasses.replace(self.sysroot, root=build_root))  # the floor's sysroot: every compiled variant
         return Variant(
             recipe=self,
             name=name,
@@ -453,7 +468,7 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
         name = doc.data["name"]
         if name != path.stem:
             problems.append(f"{doc.where(('name',))}: recipe name {name!r} must match its file name {path.stem!r}")
-        recipe = Recipe(name=name, path=path, data=doc.data, doc=doc)
+        recipe = Recipe(name=name, path=path, data=doc.data, doc=doc, sysroot=sysroot_tool(floor))
         # what the plan or the build would otherwise trip over: escaping paths, bad regexes, unknown backends and
         # placeholders, each with its file:line
         found = (schemas.prefix_path_problems(doc) + schemas.regex_problems(doc) + schemas.backend_problems(doc)
@@ -530,6 +545,13 @@ def load_project(root: Path | str, *, strict: bool = True) -> Project:
             digests[f"local:{local}"] = tree_digest(root / local)
     return Project(root=root, pins=pins, recipes=recipes, bundles=bundles, pins_doc=pins_doc, digests=digests,
                    roots=build_roots, floor=floor)
+
+
+def sysroot_tool(floor: Floor | None) -> Tool | None:
+    """floor.yaml's sysroot as the tool every compiled variant gets, carrying the floor its stand-ins are capped at."""
+    if floor is None or not floor.sysroot:
+        return None
+    return dataclasses.replace(_tool(dict(floor.sysroot)), floor=(floor.policy, tuple(sorted(floor.caps().items()))))
 
 
 def _host_set_refs(recipe: Recipe) -> list[tuple[str, str]]:

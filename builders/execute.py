@@ -163,6 +163,14 @@ class Executor:
             argv, env = gitcmd.bounded_argv(argv[1:]), gitcmd.env(base=env)
         for d in cmd.mkdirs:
             Path(d).mkdir(parents=True, exist_ok=True)
+        for path, text in cmd.files:  # what the command reads that the plan wrote (a CMake toolchain file)
+            swap.write_text_atomic(Path(path), text)
+            log.write(f"# onebit: wrote {path}\n")
+        for path, target in cmd.links:  # link names the command links against (the user's ROCm in a build root)
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            if Path(path).is_symlink() or Path(path).exists():
+                Path(path).unlink()
+            os.symlink(target, path)
         log.write(f"$ {cmd.shell()}\n")
         log.flush()
         try:
@@ -211,7 +219,7 @@ class Executor:
         d: ToolchainData = step.data
         how = toolchain.fetch_and_assemble(d.wheels, self.layout.downloads(), Path(d.dest), offline=self.offline,
                                            log=lambda m: progress.update(task, description=f"{step.title}: {m}"),
-                                           debs=d.debs)
+                                           debs=d.debs, floor=(d.floor[0], dict(d.floor[1])) if d.floor else None)
         inputs = [w.requirement for w in d.wheels] + [x.name for x in d.debs]
         self.log(f"{d.tool}: {', '.join(inputs)}: {how}")
 

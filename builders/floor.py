@@ -49,6 +49,13 @@ class Floor:
     base: tuple[str, ...]  # host libraries every backend may link
     sets: Mapping[str, tuple[HostLibrary, ...]]  # named host-library sets a recipe declares
     where: str = ""  # floor.yaml:line, for errors
+    sysroot: Mapping | None = None  # floor.yaml's toolchain entry: the sysroot's pinned packages (config makes a Tool)
+
+    def caps(self) -> dict[str, str]:
+        """Version family -> the highest version the policy allows (GLIBCXX -> 3.4.29), for the families the sysroot's
+        link stand-ins cap (builders/sysroot.py): GLIBC, GLIBCXX, CXXABI, GCC."""
+        return {f: ceiling(f, self.versions).partition("_")[2] for f in ("GLIBC", "GLIBCXX", "CXXABI", "GCC")
+                if f in self.versions}
 
     @property
     def glibc(self) -> str:
@@ -123,7 +130,7 @@ def from_doc(doc: yamlio.Document) -> tuple[Floor | None, list[str]]:
     if problems:
         return None, problems
     return Floor(policy=data["policy"], versions=versions, base=tuple(data["base"]), sets=sets,
-                 where=doc.where(("policy",))), []
+                 where=doc.where(("policy",)), sysroot=(data.get("toolchain") or [None])[0]), []
 
 
 def load(root: Path) -> tuple[Floor | None, list[str]]:

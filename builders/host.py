@@ -57,9 +57,11 @@ def version_ok(version: str | None, spec: str | None) -> bool:
 
 def pinned_root(tool: Tool, toolchains: Path) -> Path:
     """Where the toolchain step assembles a tool's pinned inputs (wheels, or Debian packages): one folder named by
-    their sha256s (and the assembly's own version), so other inputs, or another assembly, never reuse it."""
+    their sha256s (and the assembly's own version, and for the sysroot the floor its stand-ins are capped at), so
+    other inputs, or another assembly, never reuse it."""
+    floor = [f"floor {tool.floor[0]} " + " ".join(f"{k}={v}" for k, v in tool.floor[1])] if tool.floor else []
     h = hashlib.sha256("\n".join([ASSEMBLY, *sorted(w.sha256 for w in tool.wheels),
-                                  *sorted(d.sha256 for d in tool.debs)]).encode()).hexdigest()
+                                  *sorted(d.sha256 for d in tool.debs), *floor]).encode()).hexdigest()
     return toolchains / h[:16]
 
 

@@ -11,16 +11,18 @@ new enough) and the variant's build kind in kinds/ (its commands and flags); the
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .config import MIRRORS_ENV, PLACEHOLDER, Bundle, Pin, Project, Recipe, Tool, Variant, describe_placeholders
+from .config import MIRRORS_ENV, PLACEHOLDER, SYSROOT, SYSROOT_CMAKE, Bundle, Pin, Project, Recipe, Tool, Variant, describe_placeholders
 from .errors import OnebitError
 from .floor import Floor
 from .host import HostFacts, ToolFact, version_ok, pinned_root
 from .kinds import KINDS, KindContext, flags
+from .kinds.cmake import SYSROOT_CMAKE_FILE
 from .root import Root, build_root
 from .plan_types import (INSTALL_PREFIX, BuildData, BundleData, Command, CratesData, ExtraSource, FetchData, HfData,
                          Layout, PackageData, Plan, RecipeTest, RootData, RuntimeData, SourceData, StageData, Step,
@@ -348,9 +350,10 @@ def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[St
             id=f"toolchain:{tool.tool}", action="toolchain",
             title=f"fetch {what} (sha256-checked) and assemble the {tool.tool} toolchain",
             key=digest("toolchain", fact.root, [dataclasses.astuple(w) for w in tool.wheels],
-                       [dataclasses.astuple(d) for d in tool.debs]),
-            describe=describe,
-            data=ToolchainData(tool=tool.tool, wheels=tool.wheels, dest=fact.root, debs=tool.debs)))
+                       [dataclasses.astuple(d) for d in tool.debs], *([tool.floor] if tool.floor else [])),
+            describe=describe + ((f"link stand-ins of libstdc++ and libgcc_s capped at {tool.floor[0]}",)
+                                 if tool.floor else ()),
+            data=ToolchainData(tool=tool.tool, wheels=tool.wheels, dest=fact.root, debs=tool.debs, floor=tool.floor)))
     return out
 
 
@@ -473,6 +476,8 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
               **tool_values(variant, host.tools)}
     for step in companions:
         values[{"crates": "crates", "hf": "hf"}[step.action]] = step.data.dir
+    if any(t.tool == SYSROOT for t in variant.toolchain):  # the sysroot's toolchain file, for a script running CMake
+        values[SYSROOT_CMAKE] = str(build_dir / SYSROOT_CMAKE_FILE)
     unknown = sorted(set(overrides) - set(variant.options)) if variant.kind == "cmake" else []
     if unknown:
         raise OnebitError(f"--set {recipe.name}.{unknown[0]}: {variant.id} has no build option {unknown[0]!r}",
@@ -505,6 +510,7 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
                       and (f.override or t.wheels or t.debs)})
         binds = Binds(ro=tuple(dict.fromkeys(ro)), rw=(str(build_dir), *([ccache_dir] if ccache else [])),
                       mkdirs=(str(build_dir), *([ccache_dir] if ccache else [])))
+    root, host_libs, links = with_sysroot(project, variant, host, root, build_dir)
     ctx = KindContext(
         source=source.dir, build=str(build_dir), destdir=str(layout.stage_tmp(variant.id)), prefix=install_prefix,
         # where this variant's files land: its subtree of the staged prefix (kinds that copy their own install tree)
@@ -516,6 +522,8 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
         # no work, cache or $HOME path in what ships (and the same bytes from any work dir and any ccache history)
         maps=tuple(flags.build_maps(source=source.dir, build=str(build_dir), name=source.name, cache=str(layout.cache),
                                     home=host.home)),
+        sysroot=root.sysroot(), host_libs=host_libs, host_lib_links=links,
+        glibc=project.floor.glibc if project.floor else "",
     )
     return VariantInputs(variant=variant, source=source, layout=layout, host=host, values=values, options=options,
                          env=env, commands=commands, ctx=ctx, install_prefix=install_prefix, companions=tuple(companions),
@@ -523,6 +531,27 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
                          build_number=build_number, version=version,
                          patches=tuple(p.file for p in recipe.patches(project.root)), path=path, root=root,
                          binds=binds, floor=project.floor)
+
+
+def with_sysroot(project: Project, variant: Variant, host: HostFacts, root: Root, build_dir: Path
+                 ) -> tuple[Root, object, tuple[tuple[str, str], ...]]:
+    """Pure: the variant's root with the floor's sysroot its compilers build against (when the variant has it and it
+    is assembled, or will be: a pinned input), the libraries of the user's system its link takes without shipping
+    them (a build root's ROCm or XRT: the recipe's host sets), and the link names the executor makes for them."""
+    tool = next((t for t in variant.toolchain if t.tool == SYSROOT), None)
+    fact = host.tools.get(tool.key) if tool else None
+    if tool is None or fact is None or not fact.root:
+        return root, None, ()
+    cxx = next((m.group(1) for d in tool.debs if (m := re.match(r"libstdc\+\+-(\d+)-dev_", d.name))), "11")
+    root = dataclasses.replace(root, sysroot_dir=fact.root, sysroot_cxx=cxx)
+    sonames = [lib.soname for name in variant.host_libraries
+               for lib in (project.floor.sets.get(name, ()) if project.floor else ())]
+    override = next((f"{f.root}/lib" for t in variant.toolchain if t.env and (f := host.tools.get(t.key)) is not None
+                     and f.override and f.root and t.tool != SYSROOT), None)
+    links_dir = str(build_dir / "onebit-host-libs")
+    host_libs = root.host_libs(sonames, links_dir, override)
+    links = root.host_lib_links(sonames, links_dir) if host_libs is not None and not override else ()
+    return root, host_libs, links
 
 
 def on_path(commands: Sequence[Command], path: Sequence[str]) -> tuple[Command, ...]:
@@ -539,7 +568,7 @@ def plan_build(v: VariantInputs, needs: Sequence[str]) -> Step:
                  v.env, v.commands, variant.build_type, toolchain, v.wheels_key, v.install_prefix,
                  *[c.key for c in v.companions], *([v.path] if v.path else []),
                  *([("root", v.root.name, v.root.key)] if not v.root.is_host else []),
-                 *([v.toolchain_overrides] if v.toolchain_overrides else []))
+                 *([v.toolchain_overrides] if v.toolchain_overrides else []), *sysroot_key(v))
     commands = on_path(KINDS[variant.kind].build(v.ctx), v.path)
     net = variant.network != "none"
     where = ("" if v.root.is_host else f", in {v.root.describe()}") + (", network cut" if not net and v.root.cuts_network else "")
@@ -550,7 +579,18 @@ def plan_build(v: VariantInputs, needs: Sequence[str]) -> Step:
                 data=BuildData(variant=variant.id, kind=variant.kind, build_dir=str(v.build_dir), source_dir=v.source.dir,
                                fresh_dir=variant.kind == "script", where=str(variant.recipe.path),
                                network_isolated=net or v.root.cuts_network,
-                               flags=digest(v.ctx.maps)))
+                               flags=digest(v.ctx.maps, *sysroot_key(v))))
+
+
+def sysroot_key(v: VariantInputs) -> list:
+    """What of the sysroot a build's key takes (its content address, never where the cache is, and the host
+    libraries its link takes); a build dir configured with another is wiped first (CMake reads a toolchain file only
+    when it first configures)."""
+    if not v.root.sysroot_dir:
+        return []
+    hl = v.ctx.host_libs
+    return [("sysroot", Path(v.root.sysroot_dir).name, v.root.sysroot_cxx,
+             (Path(hl.links).name, hl.rpath_link) if hl is not None else None, [t for _, t in v.ctx.host_lib_links])]
 
 
 def manifest_entry(v: VariantInputs) -> dict | None:

@@ -27,6 +27,8 @@ class Command:
     mkdirs: tuple[str, ...] = ()  # directories the executor makes before running it (a build root's bind sources)
     inside: "Command | None" = None  # the command as its root runs it: itself without the wrapping (builders/root.py)
     clear: bool = False  # env is the whole environment: nothing of the caller's is inherited (a wrapped host command)
+    files: tuple[tuple[str, str], ...] = ()  # (path, text) the executor writes (aside, then renamed) before running it
+    links: tuple[tuple[str, str], ...] = ()  # (path, target) symlinks the executor makes before running it
 
     def shell(self) -> str:
         pairs = [f"{k}={shlex.quote(v)}" for k, v in self.env]
@@ -60,6 +62,10 @@ class Command:
             out["mkdirs"] = list(self.mkdirs)
         if self.clear:
             out["clear_env"] = True
+        if self.files:
+            out["files"] = {p: t for p, t in self.files}
+        if self.links:
+            out["links"] = dict(self.links)
         return out
 
 
@@ -87,6 +93,7 @@ class ToolchainData:
     wheels: tuple[Any, ...]  # config.WheelInput: package, version, sha256, the folder inside the wheel, what ships
     dest: str  # the assembled root
     debs: tuple[Any, ...] = ()  # config.DebInput: pool path and sha256 (a toolchain of Debian packages)
+    floor: tuple[str, tuple[tuple[str, str], ...]] | None = None  # the sysroot's: the policy and its caps (stand-ins)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,8 @@ class Root:
     base: Mapping[str, str] = field(default_factory=dict)  # the host's base environment (HOST_BASE of the caller's)
     net_cut: tuple[str, ...] = ()  # the host's argv prefix that cuts the network; () where it cannot
     why_not: str | None = None  # why this host cannot enter the build root (sandbox.why_unavailable); None: it can
+    sysroot_dir: str | None = None  # the assembled sysroot its compilers build against (floor.yaml's toolchain)
+    sysroot_cxx: str = "11"  # the libstdc++ headers' version in it
 
     # ---- what it is --------------------------------------------------------------------------------------------
     @property
@@ -69,6 +71,31 @@ class Root:
 
     def describe(self) -> str:
         return "the host" if self.is_host else f"build root {self.name}"
+
+    def sysroot(self):
+        """The pinned sysroot this root's compilers build against (builders/sysroot.py), or None."""
+        from .sysroot import Sysroot
+
+        return Sysroot(self.sysroot_dir, self.sysroot_cxx) if self.sysroot_dir else None
+
+    def host_libs(self, sonames, links_dir: str, override_libs: str | None = None):
+        """What a link in this root takes of the libraries it does not ship (the user's ROCm, XRT: `sonames`), or
+        None (the host's own libraries need nothing). In a build root: a folder of their link names, pointing at the
+        root's multiarch copies (never `-L` that directory: its libc.so would win over the sysroot's), or, with an
+        override toolkit (TheRock), that toolkit's lib/, which holds no C library."""
+        from .sysroot import MULTIARCH, HostLibs
+
+        if self.is_host or not sonames:
+            return None
+        if override_libs:
+            return HostLibs(links=override_libs, rpath_link=(override_libs,))
+        return HostLibs(links=links_dir, rpath_link=(f"/usr/lib/{MULTIARCH}",))
+
+    def host_lib_links(self, sonames, links_dir: str) -> tuple[tuple[str, str], ...]:
+        """Pure: the link names of `host_libs`' folder (libhipblas.so -> /usr/lib/<multiarch>/libhipblas.so.3)."""
+        from .sysroot import MULTIARCH
+
+        return tuple((f"{links_dir}/{s.split('.so', 1)[0]}.so", f"/usr/lib/{MULTIARCH}/{s}") for s in sorted(sonames))
 
     def environment(self, cmd: Command) -> dict[str, str]:
         """Pure: the whole environment `cmd` runs with here: the root's base, LANG, its PATH behind the command's own
@@ -89,14 +116,15 @@ class Root:
         if self.is_host:
             prefix = () if net else tuple(self.net_cut)
             return Command(argv=prefix + tuple(inner.argv), cwd=inner.cwd, env=tuple(sorted(env.items())),
-                           unset=inner.unset, path=inner.path, clear=True, inside=inner)
+                           unset=inner.unset, path=inner.path, clear=True, inside=inner, files=inner.files,
+                           links=inner.links)
         from . import sandbox
         from .roots import TOP_LINKS
 
         sb = sandbox.Sandbox(env=env, cwd=inner.cwd, root=self.dir, ro=tuple(dict.fromkeys(ro)),
                              rw=tuple(dict.fromkeys(rw)), network=net)
         return Command(argv=tuple(sandbox.argv(sb, inner.argv, links=TOP_LINKS)), cwd=inner.cwd,
-                       mkdirs=tuple(mkdirs), inside=inner)
+                       mkdirs=tuple(mkdirs), inside=inner, files=inner.files, links=inner.links)
 
     def wrap_all(self, commands: Sequence[Command], **kw) -> tuple[Command, ...]:
         return tuple(self.wrap(c, **kw) for c in commands)

@@ -42,23 +42,10 @@ FAMILIES = ("gcc", "g++", "clang", "clang++", "hipcc", "nvcc", "zig", "rustc-lin
 CMAKE_LANGUAGES = ("C", "CXX", "CUDA", "HIP")
 
 
-@dataclass(frozen=True)
-class Floor:
-    """The newest symbol versions a shipped ELF may need: by default the manylinux_2_34 policy (auditwheel's policy
-    data: Ubuntu 22.04+, Debian 12+, RHEL 9+)."""
+# The floor itself (the policy, its glibc and the highest version of each family) is floor.yaml's (builders/floor.py):
+# the functions here take its values, never a copy of them.
+DEFAULT_GLIBC = "2.34"
 
-    policy: str = "manylinux_2_34"
-    glibc: str = "2.34"
-    glibcxx: str = "3.4.29"
-    cxxabi: str = "1.3.13"
-    gcc: str = "7.0.0"  # libgcc_s's GCC_ nodes (auditwheel's manylinux_2_34 allows up to GCC_7.0.0)
-
-    def caps(self) -> dict[str, str]:
-        """Version family -> the highest version the floor allows (GLIBCXX -> 3.4.29)."""
-        return {"GLIBC": self.glibc, "GLIBCXX": self.glibcxx, "CXXABI": self.cxxabi, "GCC": self.gcc}
-
-
-FLOOR = Floor()
 
 # the link stand-ins of the assembled root: (library in the sysroot, stand-in file in floor/, version families capped)
 STANDINS = ((f"usr/lib/{MULTIARCH}/libstdc++.so.6", "libstdc++.so", ("GLIBCXX", "CXXABI")),
@@ -122,9 +109,9 @@ class Flags:
         return self.compile + tuple(a for a in self.link if a not in self.compile)
 
 
-def glibc_target(floor: Floor = FLOOR, arch: str = "x86_64") -> str:
+def glibc_target(glibc: str = DEFAULT_GLIBC, arch: str = "x86_64") -> str:
     """Pure: zig's target that links against glibc of the floor's version (`zig build -Dtarget=...`)."""
-    return f"{arch}-linux-gnu.{floor.glibc}"
+    return f"{arch}-linux-gnu.{glibc}"
 
 
 def _isystem(dirs: Sequence[str]) -> tuple[str, ...]:
@@ -135,7 +122,7 @@ def _gcc_link(sr: Sysroot) -> tuple[str, ...]:
     return (f"--sysroot={sr.path}", f"-B{sr.path}/usr/lib/{MULTIARCH}/", *[f"-L{d}" for d in sr.lib_dirs()])
 
 
-def flags(family: str, sr: Sysroot, *, host_libs: HostLibs | None = None, floor: Floor = FLOOR) -> Flags:
+def flags(family: str, sr: Sysroot, *, host_libs: HostLibs | None = None, glibc: str = DEFAULT_GLIBC) -> Flags:
     """Pure: the flags of one compiler family (FAMILIES) for building against `sr`. `host_libs`: libraries of the
     build root the link takes by SONAME and does not ship (clang, clang++, hipcc, gcc, g++)."""
     sysroot = f"--sysroot={sr.path}"
@@ -157,7 +144,7 @@ def flags(family: str, sr: Sysroot, *, host_libs: HostLibs | None = None, floor:
         link = (f"-Xcompiler={sysroot}", f"-Xcompiler=-B{sr.path}/usr/lib/{MULTIARCH}/", *[f"-L{d}" for d in sr.lib_dirs()])
         return Flags(compile_, link)
     if family == "zig":
-        return Flags((f"-Dtarget={glibc_target(floor)}",), ())
+        return Flags((f"-Dtarget={glibc_target(glibc)}",), ())
     if family == "rustc-linker":
         return Flags((), tuple(f"-Clink-arg={a}" for a in _gcc_link(sr) + extra_link))
     raise ValueError(f"unknown compiler family {family!r} (one of {', '.join(FAMILIES)})")
@@ -174,11 +161,23 @@ def compiler_family(command: str) -> str | None:
     base = name.rsplit("-", 1)[0] if name.rsplit("-", 1)[-1].replace(".", "").isdigit() else name  # g++-16, clang-22
     base = base.rsplit("-", 1)[-1] if base.count("-") else base  # x86_64-linux-gnu-gcc
     return {"cc": "gcc", "gcc": "gcc", "c++": "g++", "g++": "g++", "clang": "clang", "clang++": "clang++",
-            "hipcc": "hipcc", "nvcc": "nvcc", "zig": "zig"}.get(base)
+            "amdclang": "clang", "amdclang++": "clang++", "hipcc": "hipcc", "nvcc": "nvcc", "zig": "zig"}.get(base)
 
 
-def make_variables(variables: Mapping[str, str], sr: Sysroot, *, host_libs: HostLibs | None = None,
-                   floor: Floor = FLOOR) -> dict[str, str]:
+def cmake_families(options: Mapping[str, object], env: Mapping[str, str]) -> dict[str, str]:
+    """Pure: the compiler family of each language a CMake build compiles (cmake_toolchain's `families`): C and C++
+    always (the recipe's CMAKE_<LANG>_COMPILER, else CC/CXX of its environment, else cc and c++); CUDA and HIP where
+    the recipe sets their CMake variables (CMAKE_CUDA_*: nvcc; CMAKE_HIP_*: its compiler, clang++ by default)."""
+    out = {"C": compiler_family(str(options.get("CMAKE_C_COMPILER") or env.get("CC") or "cc")) or "gcc",
+           "CXX": compiler_family(str(options.get("CMAKE_CXX_COMPILER") or env.get("CXX") or "c++")) or "g++"}
+    if any(str(k).startswith("CMAKE_CUDA_") for k in options):
+        out["CUDA"] = "nvcc"
+    if any(str(k).startswith("CMAKE_HIP_") for k in options):
+        out["HIP"] = compiler_family(str(options.get("CMAKE_HIP_COMPILER") or "clang++")) or "clang++"
+    return out
+
+
+def make_variables(variables: Mapping[str, str], sr: Sysroot, *, host_libs: HostLibs | None = None) -> dict[str, str]:
     """Pure: make command-line variables with the sysroot's flags after each compiler variable's command (CC, CXX,
     GPU_CC, NVCC, ...): a Makefile compiles and links with the same variable, so each takes both sets. `host_libs` go to
     the hipcc variable only (ds4's GPU_CC links the ROCm libraries; CC's programs link none). A variable whose command
@@ -189,7 +188,7 @@ def make_variables(variables: Mapping[str, str], sr: Sysroot, *, host_libs: Host
         if family is None or family == "zig":
             continue
         hl = host_libs if family == "hipcc" else None  # the ROCm libraries: what hipcc links
-        out[k] = " ".join([v, *map(shlex.quote, flags(family, sr, host_libs=hl, floor=floor).both)])
+        out[k] = " ".join([v, *map(shlex.quote, flags(family, sr, host_libs=hl).both)])
     return out
 
 
@@ -244,12 +243,12 @@ def is_sysroot(tree: Path) -> bool:
     return (tree / "usr" / "lib" / MULTIARCH / "libc.so").is_file() and any((tree / "usr" / "include" / "c++").glob("*"))
 
 
-def floor_standins(tree: Path, dest: Path, floor: Floor = FLOOR, *, cc: str | None = None) -> dict[str, str]:
-    """Write the link stand-ins of STANDINS into dest (the root's floor/), each capped at the floor. Returns stand-in
-    name -> the real library it stands in for (relative to the tree)."""
+def floor_standins(tree: Path, dest: Path, caps: Mapping[str, str], *, cc: str | None = None) -> dict[str, str]:
+    """Write the link stand-ins of STANDINS into dest (the root's floor/), each capped at the floor (`caps`: version
+    family -> the highest version floor.yaml's policy allows, builders/floor.py `Floor.caps`). Returns stand-in name ->
+    the real library it stands in for (relative to the tree)."""
     from . import linkstub
 
-    caps = floor.caps()
     out = {}
     for rel, name, families in STANDINS:
         real = tree / rel

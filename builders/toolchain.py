@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .archives import ArchiveError, write_member
 from .errors import FetchError, StageError
@@ -236,7 +236,7 @@ def untrusted(dest: Path, wheels: Sequence = (), debs: Sequence = ()) -> str | N
 
 
 def fetch_and_assemble(wheels: Sequence, downloads: Path, dest: Path, *, offline: bool = False, log: Log = _noop,
-                       debs: Sequence = ()) -> str:
+                       debs: Sequence = (), floor: tuple[str, Mapping[str, str]] | None = None) -> str:
     """The toolchain step: every pinned input (wheels, or Debian packages) fetched and verified, then assembled into
     dest (skipped when dest is a trusted root of these inputs: `untrusted`). A root there that is not trusted is
     assembled again aside and swapped into place; the answer says why."""
@@ -251,7 +251,7 @@ def fetch_and_assemble(wheels: Sequence, downloads: Path, dest: Path, *, offline
         from . import debs as debian
 
         files = [(d, debian.fetch(d, downloads, offline=offline, log=log)) for d in debs]
-        assemble_debs(files, dest, log=log)
+        assemble_debs(files, dest, log=log, floor=floor)
         return f"{len(files)} Debian package(s) assembled{again}"
     from .fetch import fetch_wheel_file
 
@@ -290,12 +290,13 @@ def pc_file(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def assemble_debs(debs: Sequence[tuple[object, Path]], dest: Path, *, log: Log = _noop) -> None:
+def assemble_debs(debs: Sequence[tuple[object, Path]], dest: Path, *, log: Log = _noop,
+                  floor: tuple[str, Mapping[str, str]] | None = None) -> None:
     """Unpack (DebInput, .deb) pairs into dest/debian/ and lay the root out as an SDK is laid out (LunarG's, which
     CMake's FindVulkan reads through $VULKAN_SDK): bin/ (a wrapper per program of usr/bin), include/, lib/ (only the
     libraries a build links against: libvulkan.so, never the packages' libc), lib/pkgconfig/, share/cmake/.
     A tree that is a sysroot (libc6-dev and a libstdc++ -dev: builders/sysroot.py) also gets floor/, the link
-    stand-ins of its libstdc++ and libgcc_s capped at the floor.
+    stand-ins of its libstdc++ and libgcc_s capped at the floor (`floor`: its policy and caps, builders/floor.py).
     Written aside, swapped into place; `onebit-toolchain.json` names every package."""
     from . import debs as debian, sysroot
     from .swap import building, mark
@@ -327,10 +328,11 @@ def assemble_debs(debs: Sequence[tuple[object, Path]], dest: Path, *, log: Log =
             (lib / "pkgconfig").mkdir(exist_ok=True)
             (lib / "pkgconfig" / pc.name).write_text(pc_file(pc.read_text()))
         meta: dict = {"assembly": ASSEMBLY, "debs": entries}
-        if sysroot.is_sysroot(tree):  # the portability sysroot: its link stand-ins, capped at the floor
-            standins = sysroot.floor_standins(tree, tmp / sysroot.FLOOR_DIR)
-            log(f"link stand-ins capped at {sysroot.FLOOR.policy}: {', '.join(sorted(standins))}")
-            meta["floor"] = {"policy": sysroot.FLOOR.policy, "caps": sysroot.FLOOR.caps(), "standins": standins}
+        if floor is not None and sysroot.is_sysroot(tree):  # the portability sysroot: link stand-ins capped at the floor
+            policy, caps = floor
+            standins = sysroot.floor_standins(tree, tmp / sysroot.FLOOR_DIR, caps)
+            log(f"link stand-ins capped at {policy}: {', '.join(sorted(standins))}")
+            meta["floor"] = {"policy": policy, "caps": dict(caps), "standins": standins}
         (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         mark(tmp, marker_text(debs=[spec for spec, _ in debs]))
 

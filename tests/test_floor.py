@@ -278,7 +278,26 @@ def gate_error(proc: subprocess.CompletedProcess, tmp_path: Path) -> str:
 
 @pytest.fixture
 def mini(tmp_path):
-    return make_mini(tmp_path / "mini")
+    """The mini project with the project's floor less its sysroot: it builds with this host's own C library and
+    libstdc++, as a project without a pinned sysroot would, so what the host's toolchain gives is what the gate sees."""
+    m = make_mini(tmp_path / "mini")
+    floor = (ROOT / "floor.yaml").read_text()
+    (m.root / "floor.yaml").write_text(floor[:floor.index("\ntoolchain:")] + "\n")
+    return m
+
+
+def test_the_same_library_built_against_the_pinned_sysroot_meets_the_floor(tmp_path):
+    """With floor.yaml's sysroot (the project's own floor), gcc 12's C++ library that the gate refuses above passes
+    it: built against gcc 11's headers and the link stand-ins, it needs GLIBCXX_3.4.29 at most."""
+    mini = make_mini(tmp_path / "mini")
+    upstream_release(mini, {"cv.cpp": CV_CPP}, "add_library(cv SHARED cv.cpp)\ninstall(TARGETS cv)\n", "C CXX")
+    keep(mini, "bin/hello", "lib/*.so*")
+    proc = cli_build(mini, tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    [lib] = (tmp_path / "work").glob("stage/hello/opt/onebit/**/libcv.so")
+    needs = {v for _, v in elf.read(lib).version_needs}  # whatever it needs is within the floor
+    assert not [v for v in needs if floors.above_floor(v, config.load_project(mini.root).floor.versions)], needs
+    assert any(v.startswith("GLIBCXX_3.4") for v in needs)  # it is C++ and links libstdc++ all the same
 
 
 def test_a_library_needing_gcc_12s_libstdcxx_fails_the_stage(mini, tmp_path):

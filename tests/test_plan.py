@@ -27,6 +27,9 @@ def facts(found: bool = True, therock: bool = False, **overrides) -> HostFacts:
     tools = {}
     for bundle in PROJECT.bundles:
         for t in all_tools(PROJECT, bundle):
+            if (t.debs or t.wheels) and not t.env:  # a pinned input without a variable (floor.yaml's sysroot)
+                tools[t.key] = ToolFact(t.key, f"/tc/{t.tool}/{t.path}", found, None, f"/tc/{t.tool}", fetchable=not found)
+                continue
             if t.root and not (therock and t.env):
                 tools[t.key] = ToolFact(t.key, t.in_root or f"/usr/bin/{t.tool}", found, "99.0", "/usr",
                                         fetchable=not found)
@@ -165,7 +168,11 @@ def test_missing_is_what_the_host_must_bring_and_the_rest_is_fetched_once_per_in
     assert "zig: ziglang==0.15.2 (wheel) (for zinc; ONEBIT_ZIG would replace it)" in fetched
     [sdk] = [f for f in fetched if f.startswith("vulkan-sdk: ")]
     assert sdk.startswith("vulkan-sdk: 8 Debian package(s)") and "VULKAN_SDK would replace it" in sdk
-    assert len(fetched) == len(set(fetched)) == 3
+    [sysroot] = [f for f in fetched if f.startswith("sysroot: ")]  # floor.yaml's: every cmake, make and cargo variant
+    assert sysroot.startswith("sysroot: 9 Debian package(s), ")
+    assert "(for vulkan, hrx, lean-vulkan, lean-rocm, ds4-cpu, ds4-rocm, cpu, tokenizers)" in sysroot
+    assert "zinc" not in sysroot and "xdna" not in sysroot  # zig takes its own glibc; a kernel module is the kernel's
+    assert len(fetched) == len(set(fetched)) == 4
 
 
 def test_too_old_tool_is_reported():
@@ -367,9 +374,10 @@ def test_the_walk_of_a_bundle_name_crosses_four_modules():
         sys.setprofile(None)
     modules = {"builders/kinds" if m.startswith("builders/kinds/") else m for m in ran} - {"builders/plan_types"}
     # and where it runs (root_pins: a build root's key; root.wrap -> sandbox.argv: the bwrap command line of a rooted
-    # variant; the host root's network cut), and the floor's (floor: its key, glibc and a backend's host libraries)
+    # variant; the host root's network cut), and the floor's (floor: its key, glibc and a backend's host libraries;
+    # sysroot: the flags its sysroot gives each compiler)
     assert modules == {"builders/plan", "builders/config", "builders/host", "builders/kinds", "builders/root_pins",
-                       "builders/root", "builders/sandbox", "builders/floor"}, sorted(ran)
+                       "builders/root", "builders/sandbox", "builders/floor", "builders/sysroot"}, sorted(ran)
 
 
 def test_a_hint_from_deep_in_a_step_names_the_real_bundle(tmp_path, capsys):
@@ -379,3 +387,35 @@ def test_a_hint_from_deep_in_a_step_names_the_real_bundle(tmp_path, capsys):
     assert main(["--root", str(ROOT), *dirs, "build", "cpu", "--offline", "--only", "serve"]) == 2
     err = capsys.readouterr().err
     assert "`1bit-build fetch cpu`" in err and "BUNDLE" not in err, err
+
+
+def test_every_compiled_variant_builds_against_the_floors_sysroot():
+    """The sysroot enters through the variant's Root (builders/root.py) and the build kinds (builders/sysroot.py):
+    a CMake build reads a toolchain file the plan writes, a make build's compiler variables carry the flags, a script
+    that runs CMake names the file, zig takes the floor's glibc; a build root links the user's ROCm by SONAME only."""
+    plan = make_plan(PROJECT, "strix", facts(), LAYOUT)
+    sysroot_dir = plan.step("build:cpu").commands[0].inside.files[0][1].split('set(CMAKE_SYSROOT "')[1].split('"')[0]
+    assert sysroot_dir.endswith("/debian")
+    for variant in ("cpu", "vulkan", "lean-vulkan"):  # cmake on the host: gcc and g++ against gcc 11's headers
+        configure = plan.step(f"build:{variant}").commands[0]
+        (path, text), = configure.inside.files
+        assert f"-DCMAKE_TOOLCHAIN_FILE={path}" in configure.argv and path.endswith("/onebit-sysroot.cmake")
+        assert "-nostdinc++" in text and "c++/11" in text and "CMAKE_EXE_LINKER_FLAGS_INIT" in text
+    (path, text), = plan.step("build:lean-rocm").commands[0].inside.files  # in the root: clang++ for C++ and HIP
+    assert "set(CMAKE_HIP_FLAGS_INIT" in text and "--gcc-toolchain=" in text and "-Wl,--allow-shlib-undefined" in text
+    hrx = plan.step("build:hrx").commands[0].inside  # a script running CMake names the file
+    assert f"-DCMAKE_TOOLCHAIN_FILE={hrx.files[0][0]}" in hrx.argv and "--gcc-toolchain=" in hrx.files[0][1]
+    make = plan.step("build:ds4-rocm").commands[2].inside  # make in the root: CC, and hipcc linking the user's ROCm
+    cc = next(a for a in make.argv if a.startswith("CC="))
+    gpu = next(a for a in make.argv if a.startswith("GPU_CC="))
+    assert f"--sysroot={sysroot_dir}" in cc and "--allow-shlib-undefined" not in cc
+    assert f"--gcc-toolchain={sysroot_dir}/usr" in gpu and "-Wl,-rpath-link,/usr/lib/x86_64-linux-gnu" in gpu
+    links = dict(make.links)
+    host_libs = "/work/strix/build/ds4-rocm/onebit-host-libs"
+    assert f"-L{host_libs}" in gpu and links[f"{host_libs}/libhipblas.so"] == "/usr/lib/x86_64-linux-gnu/libhipblas.so.3"
+    assert "-L/usr/lib/x86_64-linux-gnu" not in gpu  # the root's libc.so would win over the sysroot's
+    assert "-Dtarget=x86_64-linux-gnu.2.34" in plan.step("build:zinc").commands[0].argv
+    assert not any(t.tool == "sysroot" for t in PROJECT.recipes["xdna"].variant("default").toolchain)
+    # the sysroot is part of each build's key: a new sysroot (or floor) rebuilds
+    assert plan.step("build:cpu").key != make_plan(PROJECT, "strix", facts(**{
+        "sysroot": ToolFact("sysroot", "/tc/elsewhere/x", True, None, "/tc/elsewhere")}), LAYOUT).step("build:cpu").key

@@ -13,7 +13,7 @@ import pytest
 
 from builders import config, elf, linkstub, sysroot, toolchain
 from builders.host import pinned_root
-from builders.sysroot import Floor, HostLibs, Sysroot
+from builders.sysroot import HostLibs, Sysroot
 from conftest import missing_host_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,17 +55,19 @@ def test_host_libraries_are_linked_by_name_never_through_the_roots_multiarch_dir
         sysroot.flags("icc", SR)
 
 
-@pytest.mark.parametrize("floor, arch, target", [
-    (Floor(), "x86_64", "x86_64-linux-gnu.2.34"),
-    (Floor(glibc="2.28"), "x86_64", "x86_64-linux-gnu.2.28"),
-    (Floor(), "aarch64", "aarch64-linux-gnu.2.34"),
+@pytest.mark.parametrize("glibc, arch, target", [
+    ("2.34", "x86_64", "x86_64-linux-gnu.2.34"),
+    ("2.28", "x86_64", "x86_64-linux-gnu.2.28"),
+    ("2.34", "aarch64", "aarch64-linux-gnu.2.34"),
 ])
-def test_glibc_target(floor, arch, target):
-    assert sysroot.glibc_target(floor, arch) == target
+def test_glibc_target(glibc, arch, target):
+    assert sysroot.glibc_target(glibc, arch) == target
 
 
-def test_the_default_floor_is_manylinux_2_34():
-    assert sysroot.FLOOR.caps() == {"GLIBC": "2.34", "GLIBCXX": "3.4.29", "CXXABI": "1.3.13", "GCC": "7.0.0"}
+def test_the_projects_floor_caps_the_stand_ins_at_manylinux_2_34():
+    floor = config.load_project(ROOT).floor
+    assert floor.caps() == {"GLIBC": "2.34", "GLIBCXX": "3.4.29", "CXXABI": "1.3.13", "GCC": "7.0.0"}
+    assert floor.glibc == sysroot.DEFAULT_GLIBC
 
 
 @pytest.mark.parametrize("command, family", [
@@ -169,20 +171,26 @@ def test_assembly_and_version_script():
 
 # ---- real: the pinned packages, assembled; real compilers, real links ----------------------------------------------------
 def _pinned_tool():
+    """floor.yaml's sysroot, as every compiled variant of the project carries it (and only those)."""
     project = config.load_project(ROOT)
-    tools = [t for r in project.recipes.values() for n in r.variant_names() for t in r.variant(n).toolchain
-             if t.tool == "sysroot"]
-    assert tools, "no recipe pins the sysroot"
-    return tools[0]
+    carriers = {r.variant(n).id: r.variant(n) for r in project.recipes.values() for n in r.variant_names()}
+    tools = {v: t for v, variant in carriers.items() for t in variant.toolchain if t.tool == "sysroot"}
+    assert set(tools) == {v for v, variant in carriers.items() if variant.kind in config.SYSROOT_KINDS}
+    assert len({(t.debs, t.floor) for t in tools.values()}) == 1  # one input, declared once
+    return next(iter(tools.values()))
+
+
+CAPS = {"GLIBC": "2.34", "GLIBCXX": "3.4.29", "CXXABI": "1.3.13", "GCC": "7.0.0"}
 
 
 @pytest.fixture(scope="module")
 def assembled(tmp_path_factory) -> Path:
-    """The sysroot the recipes pin, fetched (sha256-checked) and assembled by the toolchain step's own entry point."""
+    """The sysroot floor.yaml pins, fetched (sha256-checked) and assembled by the toolchain step's own entry point."""
     tool = _pinned_tool()
     cache = tmp_path_factory.mktemp("sysroot-cache")
     root = pinned_root(tool, cache / "toolchains")
-    toolchain.fetch_and_assemble((), cache / "downloads", root, debs=tool.debs)
+    toolchain.fetch_and_assemble((), cache / "downloads", root, debs=tool.debs,
+                                 floor=(tool.floor[0], dict(tool.floor[1])))
     return root
 
 
@@ -197,7 +205,7 @@ def _needs(path: Path) -> dict[str, str]:
 
 
 def _within_floor(path: Path) -> list[str]:
-    caps = sysroot.FLOOR.caps()
+    caps = CAPS
     return [f"{path.name}: {k}_{v}" for k, v in _needs(path).items() if not linkstub.allowed(f"{k}_{v}", caps)]
 
 
@@ -230,7 +238,7 @@ def test_the_assembly_adds_link_standins_capped_at_the_floor(assembled):
     assert sorted(p.name for p in Path(sr.path, "usr/lib/gcc/x86_64-linux-gnu").iterdir()) == ["11"]  # clang's only GCC
     soname, syms = linkstub.read(Path(sr.floor) / "libstdc++.so")
     assert soname == "libstdc++.so.6"
-    assert all(linkstub.allowed(s.version, sysroot.FLOOR.caps()) for s in syms)
+    assert all(linkstub.allowed(s.version, CAPS) for s in syms)
     wait = [s for s in syms if s.name == "_ZNSt18condition_variable4waitERSt11unique_lockISt5mutexE"]
     assert [(s.version, s.default) for s in wait] == [("GLIBCXX_3.4.11", True)]
     _, real = linkstub.read(Path(sr.path) / "usr/lib/x86_64-linux-gnu/libstdc++.so.6")

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from release_fixture import SHIM_PASS_ENV
 
-from builders import config
+from builders import config, sysroot
 from builders.config import Bundle
 from builders.execute import Executor
 from builders.host import HostFacts, ToolFact
@@ -62,7 +62,7 @@ def facts(tc: str = "/tc", python: str = "/py/bin/python3", project: config.Proj
     tools = {}
     for bundle in project.bundles:
         for t in all_tools(project, bundle):
-            root = f"{tc}/{t.env}" if t.env else None
+            root = f"{tc}/{t.env}" if t.env else (f"{tc}/{t.tool}" if t.debs or t.wheels else None)  # pinned inputs
             tools[t.key] = ToolFact(t.key, f"{root}/{t.path}" if root else f"/usr/bin/{t.tool}", True, "99.0", root)
     # the host root's environment as the caller's is now (the shims' PATH and settings, when a test set them)
     return HostFacts(tools=tools, net_cut=(), jobs=2, python=python, home="/home/u", env=host_root(net_cut=()).base)
@@ -138,13 +138,18 @@ def test_hrx_is_one_build_with_both_devices():
 def test_zinc_and_ds4_commands():
     plan = make_plan(HOST, "strix", facts(), LAYOUT)
     zig = step(plan, "build:zinc").commands[0]
-    assert zig.argv == ("zig", "build", "-Doptimize=ReleaseFast", "-Dshaders=true", "--prefix", "/work/strix/build/zinc/_prefix",
+    # the floor's glibc as zig's target, the CPU baseline the recipe names (never the build host's own CPU)
+    assert zig.argv == ("zig", "build", "-Doptimize=ReleaseFast", "-Dshaders=true", "-Dcpu=x86_64_v3",
+                        "-Dtarget=x86_64-linux-gnu.2.34", "--prefix", "/work/strix/build/zinc/_prefix",
                         "--cache-dir", "/work/strix/build/zinc/zig-cache", "-j2")
     assert dict(zig.env)["ZIG_GLOBAL_CACHE_DIR"] == "/work/strix/build/zinc/zig-global-cache"
     make = step(plan, "build:ds4-cpu").commands[2].argv
     # upstream's `CFLAGS ?= -O3 ...` stays: the path maps go into CC, and make inherits no flag variables
+    # and the floor's sysroot after the compiler (builders/sysroot.py): what it compiles and links against
+    sr = sysroot.Sysroot("/tc/sysroot")
     assert make == ("make", "-C", "/work/strix/build/ds4-cpu/tree", "-j2", "cpu",
-                    "CC=/usr/bin/ccache cc " + maps("/home/u", "/cache", "/work/strix/build/ds4-cpu", "/work/strix/src/ds4@8d576642c39b", "ds4"),
+                    "CC=/usr/bin/ccache cc " + maps("/home/u", "/cache", "/work/strix/build/ds4-cpu", "/work/strix/src/ds4@8d576642c39b", "ds4")
+                    + " " + " ".join(sysroot.flags("gcc", sr).both),
                     "NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS=")
     assert not any(k.endswith("FLAGS") for k, _ in step(plan, "build:ds4-cpu").commands[2].env)
     assert step(plan, "build:ds4-cpu").commands[2].unset == ("CFLAGS", "CXXFLAGS", "CPPFLAGS", "OBJCFLAGS", "LDFLAGS",
@@ -238,11 +243,14 @@ def test_ds4_cuda_through_the_shims(shims, tmp_path):
     plan, calls, prefix = shims(project, "nv", "ds4-cuda", {"Makefile": "all:\n"})
     cuda = f"{tmp_path}/tc/CUDA_HOME"
     build, src = f"{tmp_path}/work/build/ds4-cuda", f"{tmp_path}/work/src/ds4@8d576642c39b"
+    sr = sysroot.Sysroot(f"{tmp_path}/tc/sysroot")  # the floor's sysroot after each compiler (builders/sysroot.py)
     assert [c["argv"] for c in calls] == [["-C", f"{build}/tree", "-j2", "cuda",
-                                           "CC=/usr/bin/ccache cc " + maps("/home/u", f"{tmp_path}/cache", build, src, "ds4"),
+                                           "CC=/usr/bin/ccache cc " + maps("/home/u", f"{tmp_path}/cache", build, src, "ds4")
+                                           + " " + " ".join(sysroot.flags("gcc", sr).both),
                                            "NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS=", f"CUDA_HOME={cuda}",
                                            f"NVCC=/usr/bin/ccache {cuda}/bin/nvcc " + maps("/home/u", f"{tmp_path}/cache", build, src, "ds4",
-                                                                           "-Xcompiler=-ffile-prefix-map="),
+                                                                           "-Xcompiler=-ffile-prefix-map=")
+                                           + " " + " ".join(sysroot.flags("nvcc", sr).both),
                                            "CUDA_ARCH=sm_89"]]
     assert sorted(p.name for p in (prefix / "bin").iterdir()) == ["ds4", "ds4-agent", "ds4-bench", "ds4-eval", "ds4-server"]
     assert plan.step("stage:ds4-cuda").data.manifest_entry["devices"] == ["CUDA0"]
@@ -254,8 +262,10 @@ def test_ds4_rocm_through_the_shims(shims, tmp_path):
     src = plan.step("build:ds4-rocm").data.source_dir  # ds4-rocm@7a751eb56201-<patches>: patch 0001 is applied
     assert src.startswith(f"{tmp_path}/work/src/ds4-rocm@7a751eb56201-")
     m = maps("/home/u", f"{tmp_path}/cache", f"{tmp_path}/work/build/ds4-rocm", src, "ds4-rocm")
-    assert [c["argv"] for c in calls] == [["-C", f"{tmp_path}/work/build/ds4-rocm/tree", "-j2", "rocm", f"CC=/usr/bin/ccache cc {m}",
-                                           f"GPU_CC=/usr/bin/ccache {rocm}/bin/hipcc {m}", "NATIVE_CPU_FLAG=-march=x86-64-v3",
+    sr = sysroot.Sysroot(f"{tmp_path}/tc/sysroot")  # the floor's sysroot after each compiler (builders/sysroot.py)
+    cc, hip = (" ".join(sysroot.flags(f, sr).both) for f in ("gcc", "hipcc"))
+    assert [c["argv"] for c in calls] == [["-C", f"{tmp_path}/work/build/ds4-rocm/tree", "-j2", "rocm", f"CC=/usr/bin/ccache cc {m} {cc}",
+                                           f"GPU_CC=/usr/bin/ccache {rocm}/bin/hipcc {m} {hip}", "NATIVE_CPU_FLAG=-march=x86-64-v3",
                                            f"ROCM_PATH={rocm}", "ROCM_ARCH=gfx1151"]]
     assert sorted(p.name for p in (prefix / "bin").iterdir()) == ["ds4", "ds4-bench", "ds4-server"]
     entry = plan.step("stage:ds4-rocm").data.manifest_entry

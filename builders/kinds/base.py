@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 from ..plan_types import Command
 from . import flags
@@ -25,6 +25,13 @@ class KindContext:
     extra_env: Mapping[str, str] = field(default_factory=dict)  # the builder's own settings (ccache)
     build_prefix: str = ""  # for kinds that install as they build (script, zig): an install tree inside the build dir
     maps: tuple[tuple[str, str], ...] = ()  # path maps (flags.build_maps): each kind adds them where upstream leaves room
+    # the pinned sysroot the compilers build against (builders/sysroot.py Sysroot; None: a kind that compiles nothing,
+    # or zig, which takes `glibc` as its target), the libraries a link takes but does not ship (sysroot.HostLibs),
+    # with the link names the executor makes for them, and the floor's glibc
+    sysroot: Any = None
+    host_libs: Any = None
+    host_lib_links: tuple[tuple[str, str], ...] = ()
+    glibc: str = ""
 
 
 class BuildKind(Protocol):

@@ -12,6 +12,7 @@ options (everything else is an error of the recipe, not a cargo flag):
 """
 from __future__ import annotations
 
+from .. import sysroot
 from ..plan_types import Command
 from . import flags
 from .base import env_items
@@ -39,7 +40,14 @@ class CargoKind:
             argv += ["--features", features]
         if crate_type:
             argv += ["--lib", "--crate-type", crate_type]
-        return [Command(tuple(argv), env=env_items(ctx, variables=flags.CARGO_FLAG_VARIABLES))]
+        env = dict(env_items(ctx, variables=flags.CARGO_FLAG_VARIABLES))
+        if ctx.sysroot is not None:  # rustc links with cc: the sysroot's link flags; build scripts' C compiles too
+            for var, family, part in (("RUSTFLAGS", "rustc-linker", "link"), ("CFLAGS", "gcc", "compile"),
+                                      ("CXXFLAGS", "g++", "compile")):
+                more = getattr(sysroot.flags(family, ctx.sysroot, host_libs=ctx.host_libs if var == "RUSTFLAGS" else None),
+                               part)
+                env[var] = flags.append(env.get(var), more)
+        return [Command(tuple(argv), env=tuple(sorted(env.items())), links=ctx.host_lib_links)]
 
     def install(self, ctx) -> list[Command]:
         pairs = str(dict(ctx.options).get("install", "")).split()

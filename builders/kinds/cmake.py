@@ -4,6 +4,7 @@ The path maps reach the compilers through CFLAGS/CXXFLAGS/... in the environment
 CMAKE_<LANG>_FLAGS and upstream's CMakeLists add to; a recipe's own CMAKE_<LANG>_FLAGS option gets them appended."""
 from __future__ import annotations
 
+from .. import sysroot
 from ..plan_types import Command
 from . import flags
 from .base import env_items
@@ -15,6 +16,18 @@ def cmake_value(value: object) -> str:
     if value is False:
         return "OFF"
     return str(value)
+
+
+SYSROOT_CMAKE_FILE = "onebit-sysroot.cmake"  # in the build dir: the sysroot's toolchain file (builders/sysroot.py)
+
+
+def toolchain_files(ctx, options) -> tuple[tuple[str, str], ...]:
+    """The sysroot's toolchain file a configure reads (written by the executor before it runs it), for the languages
+    the build compiles; () without a sysroot."""
+    if ctx.sysroot is None:
+        return ()
+    text = sysroot.cmake_toolchain(ctx.sysroot, sysroot.cmake_families(options, ctx.env), host_libs=ctx.host_libs)
+    return ((f"{ctx.build}/{SYSROOT_CMAKE_FILE}", text),)
 
 
 class CMakeKind:
@@ -33,7 +46,14 @@ class CMakeKind:
         if ctx.launcher:
             argv += [f"-DCMAKE_C_COMPILER_LAUNCHER={ctx.launcher}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ctx.launcher}"]
         argv += [f"-D{k}={cmake_value(v)}" for k, v in flags.cmake_options(ctx.options, ctx.maps).items()]
+        if ctx.sysroot is not None:  # the floor's sysroot: CMake reads its toolchain file when it first configures
+            argv.append(f"-DCMAKE_TOOLCHAIN_FILE={self.toolchain_file(ctx)}")
         return argv
+
+    def toolchain_file(self, ctx) -> str:
+        return f"{ctx.build}/{SYSROOT_CMAKE_FILE}"
+
+
 
     def build(self, ctx) -> list[Command]:
         # HIP sources through ccache too: the environment variable (CMake >= 3.17) sets the launcher only in a project
@@ -46,7 +66,7 @@ class CMakeKind:
         if targets:
             build += ["--target", *targets]
         return [
-            Command(tuple(self.configure_argv(ctx)), env=env),
+            Command(tuple(self.configure_argv(ctx)), env=env, files=toolchain_files(ctx, ctx.options), links=ctx.host_lib_links),
             Command(tuple(build), env=env),
         ]
 

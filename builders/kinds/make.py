@@ -13,6 +13,7 @@ compiler variable, as CMake's compiler launcher does.
 """
 from __future__ import annotations
 
+from .. import sysroot
 from ..plan_types import Command
 from . import flags
 from .base import env_items
@@ -35,6 +36,8 @@ class MakeKind:
         variables = flags.make_variables(variables, ctx.maps)
         if ctx.launcher:  # ccache in front of every compiler variable (CC, GPU_CC: hipcc runs under ccache too)
             variables = {k: f"{ctx.launcher} {v}" if flags.compiler_family(k) else v for k, v in variables.items()}
+        if ctx.sysroot is not None:  # the floor's sysroot after each compiler's command (builders/sysroot.py)
+            variables = sysroot.make_variables(variables, ctx.sysroot, host_libs=ctx.host_libs)
         tree = self.tree(ctx)
         return [
             Command(("rm", "-rf", tree)),
@@ -42,7 +45,7 @@ class MakeKind:
             Command(("make", "-C", tree, f"-j{ctx.jobs}", *ctx.targets,
                                           *[f"{k}={v}" for k, v in variables.items()]),
                     env=env_items(ctx, flag_env=False),
-                    unset=tuple(v for v in flags.MAKE_FLAG_VARIABLES if v not in ctx.env)),
+                    unset=tuple(v for v in flags.MAKE_FLAG_VARIABLES if v not in ctx.env), links=ctx.host_lib_links),
         ]
 
     def install(self, ctx) -> list[Command]:

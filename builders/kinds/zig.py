@@ -1,6 +1,7 @@
 """zig build, with -D options, installing straight into the staged prefix."""
 from __future__ import annotations
 
+from .. import sysroot
 from ..plan_types import Command
 from .base import env_items
 
@@ -22,6 +23,8 @@ class ZigKind:
         if optimize:
             argv.append(f"-Doptimize={optimize}")
         argv += [f"-D{k}={zig_value(v)}" for k, v in options.items()]
+        if ctx.glibc and "target" not in options:  # zig links against its own glibc of the floor's version
+            argv.append(f"-Dtarget={sysroot.glibc_target(ctx.glibc)}")
         argv += ["--prefix", ctx.build_prefix, "--cache-dir", f"{ctx.build}/zig-cache", "-j" + str(ctx.jobs)]
         return [Command(tuple(argv), cwd=ctx.source, env=env_items(ctx, flag_env=False, ZIG_GLOBAL_CACHE_DIR=f"{ctx.build}/zig-global-cache"))]
 

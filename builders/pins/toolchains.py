@@ -63,7 +63,7 @@ def _noop(_: str) -> None:
 # ---- the inputs of the project (pure) --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Place:
-    recipe: str  # recipes/<name>.yaml, relative to the project root
+    recipe: str  # recipes/<name>.yaml (or floor.yaml), relative to the project root
     where: str  # where in it: "toolchain" or "variants.<v>.toolchain"
 
 
@@ -128,10 +128,14 @@ def find_inputs(recipes: Mapping[str, Mapping]) -> list[Input]:
 
 
 def load_inputs(root: Path) -> list[Input]:
-    """The inputs of the project at `root` (recipes/*.yaml)."""
+    """The inputs of the project at `root`: recipes/*.yaml, and floor.yaml's toolchain (the sysroot every compiled
+    variant builds against: moved within its suite like any Debian input, so never past the floor)."""
     recipes = {}
     for f in sorted((Path(root) / "recipes").glob("*.yaml")):
         recipes[f"recipes/{f.name}"] = _plain(_load(f))
+    floor = Path(root) / "floor.yaml"
+    if floor.is_file():
+        recipes["floor.yaml"] = _plain(_load(floor))
     return find_inputs(recipes)
 
 
