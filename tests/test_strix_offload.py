@@ -157,7 +157,7 @@ def _stage_data(tmp_path: Path, root, targets) -> StageData:
     return StageData(variant="tiny", package="onebit-tiny", stage_root="", stage_tmp="", tmp_prefix="",
                            prefix="", root="", keep=(), binaries={}, links={}, backend=None, manifest_entry=None,
                            build_dir=str(tmp_path), home="", tests=(), test_values={}, where="recipes/tiny.yaml",
-                           offload_targets=tuple(targets), build_root=str(root.path))
+                           offload_targets=tuple(targets), build_root=root.root)
 
 
 def test_the_stage_step_records_or_refuses(tiny, tmp_path):
