@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import stat
 import tarfile
 import zipfile
@@ -206,3 +207,84 @@ def test_a_lemonade_archive_with_a_link_installs_nothing(tmp_path, capsys):
     assert not cache.exists() and _snapshot(outside) == {"victim.txt": b"kept\n"}
     with pytest.raises(OnebitError, match="is a link; nothing was installed"):
         lemonade.check(arc, sha=lemonade.sha256(arc))
+
+
+# ---- the unpacker's own decisions ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, strip, want", [
+    ("top/bin/x", 1, "bin/x"), ("./bin/x", 1, "bin/x"), ("top/", 1, None), ("top", 1, None), ("./", 0, ""),
+    ("./usr/lib/", 0, "usr/lib"), ("a//b/./c", 0, "a/b/c"), ("a/b", 2, None), ("x", 0, "x"),
+])
+def test_stripped(name, strip, want):
+    assert archives.stripped(name, strip) == want
+
+
+@pytest.mark.parametrize("head, kind", [(b"!<arch>\ndebian", "deb"), (b"PK\x03\x04....", "zip"), (b"PK\x05\x06", "zip"),
+                                        (b"\x28\xb5\x2f\xfd....", "tar.zst"), (b"\x1f\x8b\x08", "tar"),
+                                        (b"\xfd7zXZ\x00", "tar"), (b"BZh91AY", "tar"), (b"", "tar")])
+def test_kind_of(head, kind):
+    assert archives.kind_of(head) == kind
+
+
+def _deb(path: Path, data_name: str, data: bytes) -> Path:
+    out = bytearray(b"!<arch>\n")
+    for name, part in (("debian-binary", b"2.0\n"), (data_name, data)):
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(part):<10}`\n".encode() + part + (b"\n" if len(part) % 2 else b"")
+    path.write_bytes(bytes(out))
+    return path
+
+
+TREE = [_dir("pkg/lib"), _file("pkg/lib/libx.so.1", b"x" * 3000, 0o4755), _link("pkg/lib/libx.so", "libx.so.1"),
+        _file("pkg/bin/tool", b"#!/bin/sh\n", 0o755)]
+
+
+@pytest.mark.parametrize("kind", ["tar", "tar.gz", "tar.bz2", "tar.xz", "tar.zst", "zip", "deb"])
+def test_every_kind_unpacks_alike(tmp_path, kind):
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for info, data in TREE:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    plain = raw.getvalue()
+    if kind == "zip":
+        arc = tmp_path / "a.zip"
+        with zipfile.ZipFile(arc, "w") as zf:
+            for info, data in TREE:
+                z = zipfile.ZipInfo(info.name + ("/" if info.isdir() else ""))
+                z.external_attr = ({tarfile.DIRTYPE: stat.S_IFDIR, tarfile.SYMTYPE: stat.S_IFLNK}.get(info.type, stat.S_IFREG)
+                                   | info.mode) << 16
+                zf.writestr(z, info.linkname if info.issym() else (data or b""))
+    elif kind == "deb":
+        arc = _deb(tmp_path / "a.deb", "data.tar.zst", zstandard.ZstdCompressor().compress(plain))
+    else:
+        import bz2
+        import gzip
+        import lzma
+
+        squash = {"tar": bytes, "tar.gz": gzip.compress, "tar.bz2": bz2.compress, "tar.xz": lzma.compress,
+                  "tar.zst": zstandard.ZstdCompressor().compress}[kind]
+        arc = tmp_path / f"a.{kind}"
+        arc.write_bytes(squash(plain))
+    into = tmp_path / "into"
+    got = archives.unpack(arc, into, strip=1, kind="deb" if kind == "deb" else None)
+    assert (got.count, got.bytes, sorted(got.files)) == (4, 3010, ["bin/tool", "lib/libx.so.1"])
+    assert (into / "lib/libx.so").read_bytes() == b"x" * 3000 and os.readlink(into / "lib/libx.so") == "libx.so.1"
+    assert stat.S_IMODE((into / "lib/libx.so.1").stat().st_mode) == 0o755  # no setuid bit
+    assert stat.S_IMODE((into / "bin/tool").stat().st_mode) == 0o755
+
+
+def test_the_budget_counts_what_is_written(tmp_path):
+    arc = _tar(tmp_path / "a.tar.gz", [_file(f"pkg/f{i}", bytes(1 << 20)) for i in range(3)])
+    with pytest.raises(archives.ArchiveError, match=r"^a.tar.gz: unpacks to more than 2,621,440 bytes; refusing"):
+        archives.unpack(arc, tmp_path / "into", budget=archives.Budget(bytes=5 << 19))
+    assert sum(p.stat().st_size for p in (tmp_path / "into").rglob("*") if p.is_file()) <= 5 << 19
+    with pytest.raises(archives.ArchiveError, match=r"^a.tar.gz: more than 2 members; refusing"):
+        archives.unpack(arc, tmp_path / "into2", budget=archives.Budget(members=2))
+
+
+@pytest.mark.parametrize("data", [b"", b"not an archive at all", b"\x1f\x8b\x08\x00" + b"\xff" * 40,
+                                  b"\x28\xb5\x2f\xfd" + b"\x00" * 30, b"PK\x03\x04" + b"\x00" * 30])
+def test_a_damaged_archive_is_refused_in_one_line(tmp_path, data):
+    arc = tmp_path / "broken.tar.gz"
+    arc.write_bytes(data)
+    with pytest.raises(archives.Unreadable) as exc:
+        archives.unpack(arc, tmp_path / "into")
+    assert exc.value.what.startswith("broken.tar.gz: not a readable archive (") and "\n" not in exc.value.what
