@@ -459,19 +459,25 @@ def check(source: Source, *, links: str = "keep", place: Place | None = None, st
 
 
 # ---- writing --------------------------------------------------------------------------------------------------------
-def make_dirs(into: Path, parts) -> tuple[Path, str | None]:
+def make_dirs(into: Path, parts, known: set[str] | None = None) -> tuple[str, str | None]:
     """Create into/<parts...> one component at a time without following any link: (the directory, None), or (where
-    it stopped, the component that exists and is not a real directory)."""
-    here = into
+    it stopped, the component that exists and is not a real directory). `known`: root-relative folders already found
+    real in this unpack (no other process writes there meanwhile, and an unpack never turns a folder into a link), so
+    they are not asked again; those found now are added."""
+    here, rel = str(into), ""
     for part in [p for p in parts if p]:
-        here = here / part
+        here, rel = f"{here}/{part}", f"{rel}/{part}" if rel else part
+        if known is not None and rel in known:
+            continue
         try:
             st = os.lstat(here)
         except FileNotFoundError:
             os.mkdir(here, 0o755)
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            return here, part
+        else:
+            if not stat.S_ISDIR(st.st_mode):
+                return here, part
+        if known is not None:
+            known.add(rel)
     return here, None
 
 
@@ -481,15 +487,17 @@ def file_mode(mode: int) -> int:
     return (mode & 0o755) | 0o644
 
 
-def _clear(path: Path) -> None:
-    """Make room for a new entry at `path` (never following it): a file or link there is removed."""
+def _clear(path) -> int:
+    """Make room for a new entry at `path` (never following it): a file or link there is removed. Returns the mode
+    of what was there (0: nothing)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return
+        return 0
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(21, "a folder is in its place", str(path))
     os.unlink(path)
+    return st.st_mode
 
 
 class _Counted:
@@ -503,7 +511,7 @@ class _Counted:
         return self.out.write(data)
 
 
-def _same(path: Path, src) -> bool:
+def _same(path: str, src) -> bool:
     with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as have:
         while True:
             a, b = src.read(CHUNK), have.read(CHUNK)
@@ -519,37 +527,40 @@ def _same(path: Path, src) -> bool:
 
 
 def write_member(into: Path, rel: str, data: bytes | BinaryIO, mode: int = 0o644, *, existing: str = "replace",
-                 count: Callable[[int], None] | None = None, mtime: int | None = None, label: str = "") -> bool:
+                 count: Callable[[int], None] | None = None, mtime: int | None = None, label: str = "",
+                 known: set[str] | None = None) -> bool:
     """Write one file at into/rel without following any link: each parent must be a real directory (created when
-    missing), whatever is at rel is removed first (existing="same": a regular file there must hold the same bytes,
-    else Clash, and is kept), the file is opened O_NOFOLLOW|O_EXCL with `file_mode(mode)`, and every chunk is
-    counted by `count` before it is written. True when written, False when an equal file was kept."""
+    missing; `known` as in make_dirs), whatever is at rel is removed first (existing="same": a regular file there must
+    hold the same bytes, else Clash, and is kept), the file is opened O_NOFOLLOW|O_EXCL with `file_mode(mode)`, and
+    every chunk is counted by `count` before it is written. True when written, False when an equal file was kept."""
     shown = f"{label}: " if label else ""
     problem = member_problem(rel)
     if problem:
         raise ArchiveError(f"{shown}member {rel!r} {problem}; refusing to unpack it")
-    into.mkdir(parents=True, exist_ok=True)
-    _here, bad = make_dirs(into, rel.split("/")[:-1])
+    if known is None:
+        Path(into).mkdir(parents=True, exist_ok=True)
+    _here, bad = make_dirs(into, rel.split("/")[:-1], known)
     if bad is not None:
         raise ArchiveError(f"{shown}member {rel!r}: {bad} is not a directory in the unpacked tree; refusing to unpack it")
-    target = into / rel
+    target = f"{into}/{rel}"
     src = data if hasattr(data, "read") else io.BytesIO(data)
     if existing == "same" and stat.S_ISREG(_lmode(target)):
         if _same(target, src):
             return False
-        raise Clash(label or into.name, rel)
+        raise Clash(label or Path(into).name, rel)
     _clear(target)
     mode = file_mode(mode)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     with os.fdopen(fd, "wb") as out:
         shutil.copyfileobj(src, _Counted(out, count) if count else out, CHUNK)
-    os.chmod(target, mode, follow_symlinks=False)
-    if mtime is not None:
-        os.utime(target, (mtime, mtime), follow_symlinks=False)
+        out.flush()
+        os.fchmod(fd, mode)  # the umask may have taken bits from the mode asked at open
+        if mtime is not None:
+            os.utime(fd, (mtime, mtime))
     return True
 
 
-def _lmode(path: Path) -> int:
+def _lmode(path) -> int:
     try:
         return os.lstat(path).st_mode
     except OSError:
@@ -563,16 +574,20 @@ class _Tree:
     def __init__(self, into: Path, label: str, absolute: str, spent: _Budget, existing: str):
         self.into, self.label, self.absolute, self.spent, self.existing = into, label, absolute, spent, existing
         self.links: dict[str, tuple[str, str]] = {}  # where -> (text, member name) of each symlink, in order
+        self.dirs: set[str] = set()  # folders found real in this unpack (see make_dirs)
         self.out = Unpacked()
 
     def readlink(self, rel: str) -> str | None:
         if rel in self.links:
             return self.links[rel][0]
+        if rel in self.dirs:
+            return None
+        path = f"{self.into}/{rel}"
         try:
-            st = os.lstat(self.into / rel)
+            st = os.lstat(path)
         except OSError:
             return None
-        return os.readlink(self.into / rel) if stat.S_ISLNK(st.st_mode) else None
+        return os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
 
     def locate(self, rel: str, name: str) -> str:
         """The link-free place of `rel`: its parent resolved through the links known so far, refused when that
@@ -585,8 +600,8 @@ class _Tree:
         self.links.pop(where, None)
         return where
 
-    def mkdirs(self, rel: str, name: str) -> Path:
-        here, bad = make_dirs(self.into, rel.split("/"))
+    def mkdirs(self, rel: str, name: str) -> str:
+        here, bad = make_dirs(self.into, rel.split("/"), self.dirs)
         if bad is not None:
             raise _refuse(self.label, name, "has a parent that is not a directory")
         return here
@@ -612,7 +627,7 @@ class _Tree:
         self.out.count += 1
 
     def file(self, m: Member, where: str, open_: Callable[[], BinaryIO]) -> None:
-        self.mkdirs(where.rpartition("/")[0], m.name)
+        self.mkdirs(where.rpartition("/")[0], m.name)  # refused here, in the archive's words, when not a folder
         in_file = [0]
 
         def count(n: int) -> None:
@@ -621,17 +636,17 @@ class _Tree:
 
         with open_() as src:
             if write_member(self.into, where, _Reader(src), m.mode, existing=self.existing, count=count,
-                            mtime=m.mtime, label=self.label):
+                            mtime=m.mtime, label=self.label, known=self.dirs):
                 self.out.files.append(where)
         self.out.bytes += in_file[0]
 
     def hardlink(self, m: Member, where: str, place: Place) -> None:
         named = _rel(place(Member(m.linkname, FILE)), m, self.label)
         target = resolve(named, self.readlink, absolute=self.absolute) if named else None
-        src = self.into / target if target else None
+        src = f"{self.into}/{target}" if target else None
         if src is None or not stat.S_ISREG(_lmode(src)):
             raise _refuse(self.label, m.name, f"is a hard link to {m.linkname!r}, not a file inside the root")
-        dest = self.mkdirs(where.rpartition("/")[0], m.name) / where.rpartition("/")[2]
+        dest = f"{self.mkdirs(where.rpartition('/')[0], m.name)}/{where.rpartition('/')[2]}"
         _clear(dest)
         os.link(src, dest, follow_symlinks=False)
 
@@ -643,7 +658,7 @@ class _Tree:
                 self.out.skipped.append(f"{name} -> {text}")
                 continue
             try:
-                dest = self.mkdirs(where.rpartition("/")[0], name) / where.rpartition("/")[2]
+                dest = f"{self.mkdirs(where.rpartition('/')[0], name)}/{where.rpartition('/')[2]}"
                 _clear(dest)
                 os.symlink(out, dest)
             except OSError as exc:
