@@ -11,12 +11,13 @@ sha256 is computed.
 
 A .deb is an `ar` archive holding `debian-binary`, `control.tar.*` and `data.tar.*`; only the data member is unpacked,
 by the project's one unpacker, builders/archives.py (never tarfile's extract or its filters: CPython's realpath
-overflow on long link chains let a crafted tar write outside its root before 3.11.13 / 3.12.11): every member's name is checked (no absolute path, no
-`..`, no device), its parent directory resolved through the links known so far by builders/treepath.py (text only,
-never the host's realpath) and refused when it leads out of the root, files written with O_NOFOLLOW and without
-setuid/setgid bits, hard links only to regular files inside the root. A symlink is kept when it leads inside the
-root: a relative one as written (`libfoo.so -> libfoo.so.1`), an absolute one re-rooted as the relative link to the
-same place (`lib64/ld-linux-x86-64.so.2 -> ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`); others are skipped.
+overflow on long link chains let a crafted tar write outside its root before 3.11.13 / 3.12.11): every member's name
+is checked (no absolute path, no `..`, no device), its parent directory resolved through the links known so far by
+builders/treepath.py (text only, never the host's realpath) and refused when it leads out of the root, files written
+with O_NOFOLLOW and without setuid/setgid bits, hard links only to regular files inside the root. A symlink is kept
+when it leads inside the root: a relative one as written (`libfoo.so -> libfoo.so.1`), an absolute one re-rooted as
+the relative link to the same place (`lib64/ld-linux-x86-64.so.2 -> ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`);
+others are skipped.
 """
 from __future__ import annotations
 
