@@ -42,7 +42,7 @@ CCOB_HEAD = {1: 20, 2: 24, 3: 32}  # magic, u16 version, u16 method, [total size
 
 
 class OffloadError(Exception):
-    pass
+    """A shipped file's device code is not what its variant declares (one line per file, naming it)."""
 
 
 class MalformedBundle(OffloadError):
@@ -112,10 +112,12 @@ def _compressed_end(section: bytes, pos: int, magics: _Magics) -> int:
         nxt = magics.next(pos + head)
         return nxt if nxt >= 0 else size
     (total,) = struct.unpack_from("<I" if version == 2 else "<Q", section, pos + 8)
-    if total < head or total > size - pos:
-        raise MalformedBundle(f"the version {version} compressed bundle at byte {pos} declares {total} bytes; "
-                              f"{'its header alone is ' + str(head) if total < head else 'the section holds ' + str(size - pos)} "
-                              f"from there")
+    if total < head:
+        raise MalformedBundle(f"the version {version} compressed bundle at byte {pos} declares {total} bytes, less "
+                              f"than its own {head}-byte header")
+    if total > size - pos:
+        raise MalformedBundle(f"the version {version} compressed bundle at byte {pos} declares {total} bytes; the "
+                              f"section holds {size - pos} from there")
     return pos + total
 
 

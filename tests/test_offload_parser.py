@@ -98,9 +98,9 @@ BREAKS = [
     ("a plain bundle declaring 2^62 entries", _plain_with_count(1 << 62),
      f"the plain bundle at byte 0 declares {1 << 62} entries; the section holds at most {(len(PLAIN) - 32) // 24}"),
     ("a version 2 compressed bundle of total size 0", _total(V2, 0),
-     "the version 2 compressed bundle at byte 0 declares 0 bytes; its header alone is 24 from there"),
+     "the version 2 compressed bundle at byte 0 declares 0 bytes, less than its own 24-byte header"),
     ("a version 3 compressed bundle of total size 0", _total(V3, 0),
-     "the version 3 compressed bundle at byte 0 declares 0 bytes; its header alone is 32 from there"),
+     "the version 3 compressed bundle at byte 0 declares 0 bytes, less than its own 32-byte header"),
 ]
 
 

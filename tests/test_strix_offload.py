@@ -191,4 +191,4 @@ def test_a_hostile_fatbin_beside_a_real_program_fails_the_stage_in_one_line(tiny
     with pytest.raises(StageError) as exc:
         stage.check_offload(_stage_data(tmp_path, root, ["gfx1151"]), base, tmp_path / "w", print)
     assert exc.value.args[0] == ("tiny: offload check failed: lib/libhostile.so: malformed .hip_fatbin: the version 2 "
-                                 "compressed bundle at byte 0 declares 0 bytes; its header alone is 24 from there")
+                                 "compressed bundle at byte 0 declares 0 bytes, less than its own 24-byte header")
