@@ -10,31 +10,29 @@ A download is cut off past the pinned `size` (the Packages entry's Size; MAX_DEB
 sha256 is computed.
 
 A .deb is an `ar` archive holding `debian-binary`, `control.tar.*` and `data.tar.*`; only the data member is unpacked,
-by this module itself (never tarfile's extract or its filters: CPython's realpath overflow on long link chains let a
-crafted tar write outside its root before 3.11.13 / 3.12.11): every member's name is checked (no absolute path, no
-`..`, no device), its parent directory resolved through the links known so far by builders/treepath.py (text only,
-never the host's realpath) and refused when it leads out of the root, files written with O_NOFOLLOW and without
-setuid/setgid bits, hard links only to regular files inside the root. A symlink is kept when it leads inside the
-root: a relative one as written (`libfoo.so -> libfoo.so.1`), an absolute one re-rooted as the relative link to the
-same place (`lib64/ld-linux-x86-64.so.2 -> ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`); others are skipped.
+by the project's one unpacker, builders/archives.py (never tarfile's extract or its filters: CPython's realpath
+overflow on long link chains let a crafted tar write outside its root before 3.11.13 / 3.12.11): every member's name
+is checked (no absolute path, no `..`, no device), its parent directory resolved through the links known so far by
+builders/treepath.py (text only, never the host's realpath) and refused when it leads out of the root, files written
+with O_NOFOLLOW and without setuid/setgid bits, hard links only to regular files inside the root. A symlink is kept
+when it leads inside the root: a relative one as written (`libfoo.so -> libfoo.so.1`), an absolute one re-rooted as
+the relative link to the same place (`lib64/ld-linux-x86-64.so.2 -> ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`);
+others are skipped.
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import stat
-import tarfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import requests
 
-from .archives import make_dirs, member_problem
+from . import archives
 from .config import DebInput, file_sha256
 from .errors import FetchError
 from .swap import replace_dir
-from .treepath import link_in_root, resolve
 
 MIRROR_ENV = "ONEBIT_DEBIAN_MIRROR"
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
@@ -205,182 +203,12 @@ def _copy_capped(chunks, dest: Path, limit: int, name: str, base: str) -> int:
 
 
 # ---- unpack ----------------------------------------------------------------------------------------------------------
-def ar_members(path: Path) -> Iterator[tuple[str, int, int]]:
-    """(name, offset, size) of every member of an `ar` archive (the .deb container)."""
-    with open(path, "rb") as f:
-        if f.read(8) != b"!<arch>\n":
-            raise FetchError(f"{path.name}: not a Debian package (no ar header)")
-        while True:
-            header = f.read(60)
-            if not header:
-                return
-            if len(header) < 60 or header[58:60] != b"`\n":
-                raise FetchError(f"{path.name}: a truncated or corrupt ar member header")
-            name = header[:16].decode("ascii", "replace").strip().rstrip("/")
-            size = int(header[48:58].decode("ascii").strip() or 0)
-            offset = f.tell()
-            yield name, offset, size
-            f.seek(offset + size + (size & 1))
-
-
-class _Slice:
-    """A read-only file object over one ar member (tarfile streams it)."""
-
-    def __init__(self, f, offset: int, size: int):
-        self.f, self.left = f, size
-        f.seek(offset)
-
-    def read(self, n: int = -1) -> bytes:
-        if n < 0 or n > self.left:
-            n = self.left
-        data = self.f.read(n)
-        self.left -= len(data)
-        return data
-
-
-def _refuse(deb: str, name: str, why: str) -> FetchError:
-    return FetchError(f"{deb}: member {name!r} {why}; refusing to unpack it",
-                      hint="the package is corrupt or not what was pinned: delete it from the download cache")
-
-
-def _check(member: tarfile.TarInfo, deb: str) -> str:
-    """The member's name relative to the root ("" for the root itself), or refused."""
-    name = member.name.removeprefix("./")
-    special = not (member.isfile() or member.isdir() or member.issym() or member.islnk())
-    why = member_problem(name or ".", is_special=special)
-    if why:
-        raise _refuse(deb, member.name, why)
-    return name.rstrip("/") if name not in (".", "") else ""
-
-
-class _Root:
-    """The unpack root as the resolver sees it: the package's own links, then the links already on disk (read as
-    text with lstat, component by component, so no host path is ever followed)."""
-
-    def __init__(self, into: Path, links: dict[str, str]):
-        self.into, self.links = into, links
-        self.written = 0  # bytes of file data written
-
-    def readlink(self, rel: str) -> str | None:
-        if rel in self.links:  # the package's own links (written last), then what is on disk
-            return self.links[rel]
-        try:
-            st = os.lstat(self.into / rel)
-        except OSError:
-            return None
-        return os.readlink(self.into / rel) if stat.S_ISLNK(st.st_mode) else None
-
-    def parent(self, name: str, deb: str) -> str:
-        """The real (link-free) directory a member's parent leads to; refused when it leaves the root."""
-        parent = resolve(name.rpartition("/")[0], self.readlink, absolute="reroot")
-        if parent is None:
-            raise _refuse(deb, name, "is reached through a link that leads out of the unpack root")
-        return parent
-
-    def mkdirs(self, rel: str, deb: str) -> Path:
-        here, bad = make_dirs(self.into, rel.split("/"))
-        if bad is not None:
-            raise _refuse(deb, rel, "has a parent that is not a directory")
-        return here
-
-    def clear(self, path: Path) -> None:
-        """Make room for a new entry at `path` (never following it): a file or link there is removed."""
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return
-        if stat.S_ISDIR(st.st_mode):
-            raise FileExistsError(path)
-        os.unlink(path)
-
-
-def _data_tar(deb: Path):
-    data = [(n, o, s) for n, o, s in ar_members(deb) if n.startswith("data.tar")]
-    if len(data) != 1:
-        raise FetchError(f"{deb.name}: expected one data.tar member, found {len(data)}")
-    name, offset, size = data[0]
-
-    def open_tar(f):
-        raw = _Slice(f, offset, size)
-        if name.endswith(".zst"):
-            import zstandard
-
-            return tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(raw), mode="r|")
-        return tarfile.open(fileobj=raw, mode="r|*")
-    return open_tar
-
-
 def unpack(deb: Path, into: Path) -> int:
-    """Unpack a .deb's data member into `into` (created). Returns how many members were written.
-
-    One streaming pass: directories, files and hard links are written as they come, through the links seen so far
-    (resolved by their text); the package's symlinks are written at the end, each checked against all of them."""
-    open_tar = _data_tar(deb)
-    into.mkdir(parents=True, exist_ok=True)
-    root = _Root(into, {})
-    pending: list[tuple[str, str, str]] = []  # (name, target, member name) of each symlink, in archive order
-    count = 0
-    with open(deb, "rb") as f, open_tar(f) as tar:
-        for m in tar:
-            name = _check(m, deb.name)
-            if not name:  # the root itself
-                count += m.isdir()
-                continue
-            if m.issym():
-                root.links[name] = m.linkname
-                pending.append((name, m.linkname, m.name))
-                continue
-            if name in root.links:  # a later member of that name replaces the link, as tar would
-                del root.links[name]
-                pending = [p for p in pending if p[0] != name]
-            try:
-                count += _write(tar, m, name, root, into, deb.name)
-            except OSError as exc:
-                raise _refuse(deb.name, m.name, f"cannot be written ({exc.strerror})") from None
-    for name, target, shown in pending:
-        try:
-            count += _write_link(name, target, root, deb.name)
-        except OSError as exc:
-            raise _refuse(deb.name, shown, f"cannot be written ({exc.strerror})") from None
-    return count
-
-
-def _write_link(name: str, target: str, root: _Root, deb: str) -> int:
-    """Write one symlink kept inside the root (1), or skip one that leads out (0)."""
-    text = link_in_root(name, target, root.readlink)
-    if text is None:
-        return 0  # a link out of the root: skipped, not followed
-    parent = root.parent(name, deb)
-    where = root.mkdirs(parent, deb) / name.rpartition("/")[2]
-    root.clear(where)
-    os.symlink(text, where)
-    return 1
-
-
-def _write(tar: tarfile.TarFile, m: tarfile.TarInfo, name: str, root: _Root, into: Path, deb: str) -> int:
-    """Write one member (already checked); 1 when written, 0 when skipped."""
-    parent = root.parent(name, deb)
-    rel = f"{parent}/{name.rpartition('/')[2]}" if parent else name.rpartition("/")[2]
-    if m.isdir():
-        root.mkdirs(rel, deb)
-        return 1
-    where = root.mkdirs(parent, deb) / name.rpartition("/")[2]
-    if m.islnk():
-        target = resolve(_check(tarfile.TarInfo(m.linkname), deb), root.readlink, absolute="reroot")
-        src = into / target if target else None
-        if src is None or not stat.S_ISREG(os.lstat(src).st_mode if os.path.lexists(src) else 0):
-            raise _refuse(deb, m.name, f"is a hard link to {m.linkname!r}, not a file inside the root")
-        root.clear(where)
-        os.link(src, where, follow_symlinks=False)
-    else:
-        root.written += m.size
-        if root.written > MAX_UNPACKED:
-            raise FetchError(f"{deb}: unpacks to more than {MAX_UNPACKED >> 30} GiB; refusing it")
-        root.clear(where)
-        mode = (m.mode & 0o755) | 0o600  # no setuid, setgid, sticky or group/other write
-        fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-        with os.fdopen(fd, "wb") as out, tar.extractfile(m) as src:
-            shutil.copyfileobj(src, out, 1 << 20)
-        os.chmod(where, mode)
-        os.utime(where, (m.mtime, m.mtime), follow_symlinks=False)
-    return 1
+    """Unpack a .deb's data member into `into` (created) with the project's one unpacker (builders/archives.py, the
+    rules above): absolute links re-rooted inside the root, at most MAX_UNPACKED bytes. Returns how many members
+    were written."""
+    try:
+        return archives.unpack(deb, into, kind="deb", absolute="reroot", budget=archives.Budget(bytes=MAX_UNPACKED)).count
+    except archives.ArchiveError as exc:
+        raise FetchError(exc.what, where=exc.where,
+                         hint="the package is corrupt or not what was pinned: delete it from the download cache") from None

@@ -14,6 +14,7 @@ carries; a variant that declares targets but ships no device code fails too (its
 """
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import tempfile
@@ -35,37 +36,111 @@ BUNDLER = "clang-offload-bundler"
 Runner = Callable[[Sequence[str], Path], subprocess.CompletedProcess]
 
 
-def _next_magic(data: bytes, start: int) -> int:
-    hits = [i for i in (data.find(PLAIN, start), data.find(COMPRESSED, start)) if i >= 0]
-    return min(hits) if hits else -1
+PLAIN_HEAD = len(PLAIN) + 8  # magic, u64 entry count
+PLAIN_ENTRY = 24  # u64 offset, u64 size, u64 id length (the id follows)
+CCOB_HEAD = {1: 20, 2: 24, 3: 32}  # magic, u16 version, u16 method, [total size: u32 (2) | u64 (3)], sizes, hash
+
+
+class OffloadError(Exception):
+    """A shipped file's device code is not what its variant declares (one line per file, naming it)."""
+
+
+class MalformedBundle(OffloadError):
+    """A .hip_fatbin whose bundle headers do not fit the section: what no compiler writes."""
+
+
+class _Magics:
+    """The next bundle magic at or after a position, for positions asked in increasing order: each magic is searched
+    forward once (a section packed with magics costs one pass, not one pass per bundle)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.hits = {PLAIN: -1, COMPRESSED: -1}
+        self.done = {PLAIN: False, COMPRESSED: False}
+
+    def next(self, start: int) -> int:
+        found = []
+        for magic in (PLAIN, COMPRESSED):
+            if not self.done[magic] and self.hits[magic] < start:
+                self.hits[magic] = self.data.find(magic, start)
+                self.done[magic] = self.hits[magic] < 0
+            if not self.done[magic]:
+                found.append(self.hits[magic])
+        return min(found) if found else -1
+
+
+def _plain_end(section: bytes, pos: int) -> int:
+    """Where the plain bundle at `pos` ends: its table's end or its last entry's end, whichever is later. Every field
+    is checked against the section before it is used (clang's BinaryFileHandler::ReadHeader reads the same fields)."""
+    size = len(section)
+    if pos + PLAIN_HEAD > size:
+        raise MalformedBundle(f"a plain bundle at byte {pos} is cut off before its entry count")
+    (n,) = struct.unpack_from("<Q", section, pos + len(PLAIN))
+    room = (size - pos - PLAIN_HEAD) // PLAIN_ENTRY
+    if n > room:
+        raise MalformedBundle(f"the plain bundle at byte {pos} declares {n} entries; the section holds at most {room}")
+    at = end = pos + PLAIN_HEAD
+    for i in range(n):
+        if at + PLAIN_ENTRY > size:
+            raise MalformedBundle(f"the plain bundle at byte {pos} is cut off in entry {i} of {n}")
+        offset, length, id_len = struct.unpack_from("<QQQ", section, at)
+        at += PLAIN_ENTRY
+        if id_len > size - at:
+            raise MalformedBundle(f"entry {i} of the plain bundle at byte {pos} has a {id_len}-byte id past the "
+                                  f"section's end")
+        at += id_len
+        if offset == 0 or offset > size - pos or length > size - pos - offset:
+            raise MalformedBundle(f"entry {i} of the plain bundle at byte {pos} (offset {offset}, size {length}) "
+                                  f"lies outside the section")
+        end = max(end, at, pos + offset + length)
+    return end
+
+
+def _compressed_end(section: bytes, pos: int, magics: _Magics) -> int:
+    """Where the compressed bundle at `pos` ends: its header's total size (versions 2 and 3, which counts the header),
+    or the next bundle's magic (version 1, which has no total size)."""
+    size = len(section)
+    if pos + 6 > size:
+        raise MalformedBundle(f"a compressed bundle at byte {pos} is cut off before its version")
+    (version,) = struct.unpack_from("<H", section, pos + 4)
+    head = CCOB_HEAD.get(version)
+    if head is None:
+        raise MalformedBundle(f"the compressed bundle at byte {pos} has version {version} (known: 1, 2, 3)")
+    if pos + head > size:
+        raise MalformedBundle(f"the version {version} compressed bundle at byte {pos} is cut off in its header")
+    if version == 1:
+        nxt = magics.next(pos + head)
+        return nxt if nxt >= 0 else size
+    (total,) = struct.unpack_from("<I" if version == 2 else "<Q", section, pos + 8)
+    if total < head:
+        raise MalformedBundle(f"the version {version} compressed bundle at byte {pos} declares {total} bytes, less "
+                              f"than its own {head}-byte header")
+    if total > size - pos:
+        raise MalformedBundle(f"the version {version} compressed bundle at byte {pos} declares {total} bytes; the "
+                              f"section holds {size - pos} from there")
+    return pos + total
 
 
 def split_bundles(section: bytes) -> list[bytes]:
     """Pure: the offload bundles one after the other in a .hip_fatbin section (zero padding between them).
 
     A plain bundle ends at its last entry's end (offset + size); a compressed one (version 2 or 3) carries its total
-    size in its header; a version-1 compressed bundle has none and runs to the next bundle's magic."""
+    size in its header; a version-1 compressed bundle has none and runs to the next bundle's magic. A header that does
+    not fit the section (cut off, more entries than the section can hold, an entry or a total size past its end, a
+    total size smaller than the header, an unknown version) raises MalformedBundle; every bundle ends after its start,
+    so the walk always advances, and reads nothing past the section."""
     out: list[bytes] = []
-    pos = _next_magic(section, 0)
+    magics = _Magics(section)
+    pos = magics.next(0)
     while pos >= 0:
         if section.startswith(PLAIN, pos):
-            (n,) = struct.unpack_from("<Q", section, pos + 24)
-            at, end = pos + 32, pos + 32
-            for _ in range(n):
-                offset, size, tlen = struct.unpack_from("<QQQ", section, at)
-                at += 24 + tlen
-                end = max(end, at, pos + offset + size)
+            end = _plain_end(section, pos)
         else:
-            (version,) = struct.unpack_from("<H", section, pos + 4)
-            if version == 2:
-                end = pos + struct.unpack_from("<I", section, pos + 8)[0]
-            elif version >= 3:
-                end = pos + struct.unpack_from("<Q", section, pos + 8)[0]
-            else:
-                nxt = _next_magic(section, pos + 4)
-                end = nxt if nxt >= 0 else len(section)
+            end = _compressed_end(section, pos, magics)
+        if not pos < end <= len(section):  # cannot happen (each end is checked above); never loop on it
+            raise MalformedBundle(f"the bundle at byte {pos} ends at byte {end}")
         out.append(section[pos:end])
-        pos = _next_magic(section, end)
+        pos = magics.next(end)
     return out
 
 
@@ -95,14 +170,27 @@ def problem(rel: str, found: set[str], declared: Sequence[str]) -> str | None:
     return f"{rel}: offload targets {', '.join(sorted(found)) or 'none'} ({'; '.join(parts)}), declared {', '.join(declared)}"
 
 
+SHF_COMPRESSED = 0x800
+
+
 def fatbin(path: Path) -> bytes | None:
-    """The .hip_fatbin section of an ELF file, or None when it has none (not HIP, or not ELF)."""
+    """The .hip_fatbin section of an ELF file, or None when it has none (not HIP, or not ELF). A section that claims
+    bytes past the end of the file, or is ELF-compressed (no compiler writes one: it could inflate to any size), raises
+    MalformedBundle: nothing is read for it."""
     if not is_elf(path):
         return None
     try:
         with open(path, "rb") as f:
             section = ELFFile(f).get_section_by_name(SECTION)
-            return section.data() if section is not None and section["sh_type"] != "SHT_NOBITS" else None
+            if section is None or section["sh_type"] == "SHT_NOBITS":
+                return None
+            size = os.fstat(f.fileno()).st_size
+            if section["sh_flags"] & SHF_COMPRESSED:
+                raise MalformedBundle(f"the {SECTION} section is ELF-compressed")
+            if section["sh_offset"] > size or section["sh_size"] > size - section["sh_offset"]:
+                raise MalformedBundle(f"the {SECTION} section ({section['sh_size']} bytes at {section['sh_offset']}) "
+                                      f"runs past the end of the file ({size} bytes)")
+            return section.data()
     except (ELFError, OSError, ValueError):
         return None
 
@@ -116,11 +204,14 @@ class FileTargets:
 
 def list_file(path: Path, rel: str, run: Runner, scratch: Path) -> FileTargets | None:
     """The targets one file carries, each bundle listed by the root's clang-offload-bundler; None: no device code."""
-    data = fatbin(path)
-    if data is None:
-        return None
+    try:
+        data = fatbin(path)
+        if data is None:
+            return None
+        parts = split_bundles(data)
+    except MalformedBundle as exc:
+        raise MalformedBundle(f"{rel}: malformed {SECTION}: {exc}") from None
     found: set[str] = set()
-    parts = split_bundles(data)
     for i, part in enumerate(parts):
         piece = scratch / f"bundle-{i}"
         piece.write_bytes(part)
@@ -131,10 +222,6 @@ def list_file(path: Path, rel: str, run: Runner, scratch: Path) -> FileTargets |
         found |= targets_of(proc.stdout.splitlines())
         piece.unlink()
     return FileTargets(rel=rel, targets=tuple(sorted(found)), bundles=len(parts))
-
-
-class OffloadError(Exception):
-    pass
 
 
 def check_tree(base: Path, declared: Sequence[str], run: Runner, scratch_parent: Path | None = None) -> list[FileTargets]:

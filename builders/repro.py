@@ -38,29 +38,28 @@ def leak_problems(rel: str, data: bytes, forbidden: Sequence[tuple[str, str]]) -
 
 def wheel_members(wheel_dirs: Iterable[Path]) -> dict[str, Path]:
     """Every file inside these wheels (member path -> the wheel holding it): what a recipe vendors from upstream."""
-    import zipfile
+    from .archives import members
 
     out = {}
     for d in wheel_dirs:
         for whl in sorted(Path(d).glob("*.whl")):
-            with zipfile.ZipFile(whl) as z:
-                for name in z.namelist():
-                    if not name.endswith("/"):
-                        out[name] = whl
+            for m in members(whl):
+                if not m.name.endswith("/"):
+                    out[m.name] = whl
     return out
 
 
 def _vendored_leak(rel: str, problems: list[str], forbidden, vendored: Mapping[str, Path]) -> bool:
     """True when `rel` is a file of a vendored upstream wheel that already holds these same paths (its builder's,
     e.g. manylinux builds as root, so `/root/...`): stage may have patched its RPATH, so bytes are not compared."""
-    import zipfile
+    from .archives import read
 
     parts = rel.split("/")
     for i in range(len(parts)):
         member = "/".join(parts[i:])
         if member in vendored:
-            with zipfile.ZipFile(vendored[member]) as z:
-                theirs = {p.split(" (")[0].split(": ", 1)[1] for p in leak_problems(member, z.read(member), forbidden)}
+            data = read(vendored[member], member, limit=1 << 30) or b""
+            theirs = {p.split(" (")[0].split(": ", 1)[1] for p in leak_problems(member, data, forbidden)}
             ours = {p.split(" (")[0].split(": ", 1)[1] for p in problems}
             return ours <= theirs
     return False

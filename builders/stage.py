@@ -234,6 +234,9 @@ def check_offload(data: StageData, base: Path, work: Path, log: Callable[[str], 
     work.mkdir(parents=True, exist_ok=True)
     try:
         files = offload.check_tree(base, data.offload_targets, offload_runner(_root(data)), scratch_parent=work)
+    except offload.MalformedBundle as exc:  # names the file: `<file>: malformed .hip_fatbin: <what>`
+        raise StageError(f"{data.variant}: offload check failed: {exc}", where=data.where,
+                         hint="no compiler writes such a bundle: rebuild the file, and report it if it comes back") from None
     except offload.OffloadError as exc:
         raise StageError(f"{data.variant}: offload check failed: {exc}", where=data.where,
                          hint="the build's --offload-arch / GPU_TARGETS must be exactly stage.offload_targets") from None

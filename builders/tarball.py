@@ -1,11 +1,12 @@
-"""tarball: the project's one deterministic tar writer (and the reader of the tarballs it wrote).
+"""tarball: the project's one deterministic tar writer.
 
 Same inputs, same bytes: members sorted, every parent folder listed, fixed mtime, owner 0:0 with no names, mode 0755
 for programs and folders and 0644 for the rest, PAX format, a gzip header without name or time. The archive is
 streamed to a file beside the target through the compressor its name asks for (.tar.gz, .tar.xz, .tar.zst) and renamed
 into place, so a multi-gigabyte CUDA tree never sits in memory and a reader never sees half an archive.
 
-Used for the bundle tarball (`package`), the release tarball and the Lemonade archives (`release`).
+Used for the bundle tarball (`package`), the release tarball and the Lemonade archives (`release`). Reading one back
+(`members`, `extract_tree`) goes through the project's one unpacker, builders/archives.py.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import BinaryIO
 
 import zstandard
 
+from . import archives
 from .elf import is_elf
 
 ZSTD_LEVEL = 10  # about as small as 19 for these trees, several times faster
@@ -120,46 +122,15 @@ def write(out: Path, top: str, entries: Mapping[str, Entry], *, mtime: int, leve
     return out
 
 
-@contextmanager
-def _reading(path: Path) -> Iterator[tarfile.TarFile]:
-    path = Path(path)
-    with open(path, "rb") as raw:
-        if path.name.endswith(".tar.zst"):
-            with zstandard.ZstdDecompressor().stream_reader(raw) as zr, tarfile.open(fileobj=zr, mode="r|") as tar:
-                yield tar
-        else:
-            with tarfile.open(fileobj=raw, mode="r|*") as tar:
-                yield tar
-
-
-def members(path: Path) -> list[tuple[tarfile.TarInfo, bytes | None]]:
-    """Every member with its bytes (None for folders and links), in archive order. For tests and small archives."""
-    out = []
-    with _reading(path) as tar:
-        for m in tar:
-            out.append((m, tar.extractfile(m).read() if m.isfile() else None))
-    return out
+def members(path: Path) -> list[tuple[archives.Member, bytes | None]]:
+    """Every member with its bytes (None for folders and links), in archive order, read by the project's one reader
+    (builders/archives.py). For tests and small archives."""
+    return archives.contents(path)
 
 
 def extract_tree(src: Path, dest: Path) -> Path:
-    """Extract one of our one-folder tarballs into `dest` with the top folder stripped, streaming. Members that would
-    land outside `dest` are skipped; links stay links."""
-    dest = Path(dest)
-    with _reading(src) as tar:
-        for m in tar:
-            parts = m.name.split("/")[1:]
-            if not parts or ".." in parts or m.name.startswith("/"):
-                continue
-            path = dest.joinpath(*parts)
-            if m.isdir():
-                path.mkdir(parents=True, exist_ok=True)
-            elif m.issym():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.symlink_to(m.linkname)
-            elif m.isfile():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with tar.extractfile(m) as f, open(path, "wb") as o:
-                    while chunk := f.read(1 << 20):
-                        o.write(chunk)
-                path.chmod(m.mode & 0o777)
-    return dest
+    """Unpack one of our one-folder tarballs into `dest` with the top folder stripped, by the project's one unpacker
+    (builders/archives.py): links kept where they lead inside `dest` (written last, so nothing is written through
+    one), a member reached through a link that leads out refused in one line naming the tarball."""
+    archives.unpack(src, dest, strip=1)
+    return Path(dest)

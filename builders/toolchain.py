@@ -20,11 +20,10 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .archives import ArchiveError, write_member
+from . import archives
 from .errors import FetchError, StageError
 
 ASSEMBLY = "wheels-assembly-2"  # part of the root's name: a change of the layout below never reuses an old root
@@ -82,51 +81,48 @@ def license_of(metadata: str) -> str:
 
 # ---- assembly --------------------------------------------------------------------------------------------------------
 def _unpack(wheel: Path, package: str, root: str, into: Path, owners: dict[str, str]) -> dict:
-    """Unpack one wheel's `root` folder into `into`, keeping exec bits; its license files under licenses/<package>/.
-    Returns the wheel's entry for onebit-toolchain.json."""
-    total = [0]
-    with zipfile.ZipFile(wheel) as zf:
-        metadata = next((i for i in zf.infolist() if i.filename.endswith(".dist-info/METADATA")), None)
-        if metadata is None:
-            raise FetchError(f"{wheel.name} has no .dist-info/METADATA; it is not a wheel")
-        licenses = []
-        for info in zf.infolist():
-            try:
-                rel = unpack_target(info.filename, root)
-            except ValueError as exc:
-                raise FetchError(f"{wheel.name}: {exc}") from None
-            if rel is None and "/licenses/" in info.filename and ".dist-info/" in info.filename and not info.is_dir():
-                # keep the path below licenses/: a wheel may carry several files of one name (ziglang: LICENSE x7)
-                sub = info.filename.split(".dist-info/", 1)[1].split("licenses/", 1)[1]
-                if ".." in sub.split("/"):
-                    raise FetchError(f"{wheel.name}: license member {info.filename!r} escapes the toolchain root")
-                rel = f"licenses/{package}/{sub}"
-                licenses.append(rel)
-            if rel is None:
-                continue
-            kind = (info.external_attr >> 16) & 0o170000
-            if kind not in (0, stat.S_IFREG):  # a link or special member: a wheel installs regular files only
-                raise FetchError(f"{wheel.name}: member {info.filename!r} is a link or special file; refusing to unpack it",
-                                 hint="the wheel is corrupt or not what was pinned: delete it from the download cache")
-            total[0] += info.file_size
-            if info.file_size > MAX_WHEEL_MEMBER or total[0] > MAX_WHEEL_UNPACKED:
-                raise FetchError(f"{wheel.name}: member {info.filename!r} unpacks past the bound "
-                                 f"({MAX_WHEEL_MEMBER >> 30} GiB a member, {MAX_WHEEL_UNPACKED >> 30} GiB a wheel)")
-            data = zf.read(info)
-            out = into / rel
-            if rel in owners:
-                with open(out, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:
-                    same = fh.read() == data
-                if not same:
-                    raise FetchError(f"{wheel.name} and {owners[rel]} both carry {rel}, with different bytes",
-                                     hint="the pinned wheels are not of one CUDA release; pin matching versions")
-            owners.setdefault(rel, wheel.name)
-            try:
-                write_member(into, rel, data, ((info.external_attr >> 16) & 0o777) | 0o644)
-            except ArchiveError as exc:
-                raise FetchError(f"{wheel.name}: {exc.what}") from None
-        return {"package": package, "license": license_of(zf.read(metadata).decode(errors="replace")),
-                "license_files": sorted(licenses)}
+    """Unpack one wheel's `root` folder into `into` with the project's one unpacker (builders/archives.py), keeping
+    exec bits; its license files under licenses/<package>/. A file another wheel already put there must hold the
+    same bytes. Returns the wheel's entry for onebit-toolchain.json."""
+    try:
+        metadata = archives.read(wheel, lambda name: name.endswith(".dist-info/METADATA"), limit=16 << 20)
+    except archives.ArchiveError as exc:
+        raise FetchError(f"{wheel.name}: {exc.what}", hint=exc.hint) from None
+    if metadata is None:
+        raise FetchError(f"{wheel.name} has no .dist-info/METADATA; it is not a wheel")
+    licenses: list[str] = []
+
+    def place(m: archives.Member) -> str | None:
+        """Where a member lands: below `root`, or a license file; a wheel installs regular files only."""
+        try:
+            rel = unpack_target(m.name, root)
+        except ValueError as exc:
+            raise FetchError(f"{wheel.name}: {exc}") from None
+        if rel is None and "/licenses/" in m.name and ".dist-info/" in m.name and not m.name.endswith("/"):
+            # keep the path below licenses/: a wheel may carry several files of one name (ziglang: LICENSE x7)
+            sub = m.name.split(".dist-info/", 1)[1].split("licenses/", 1)[1]
+            if ".." in sub.split("/"):
+                raise FetchError(f"{wheel.name}: license member {m.name!r} escapes the toolchain root")
+            rel = f"licenses/{package}/{sub}"
+            licenses.append(rel)
+        if rel is not None and m.kind not in (archives.FILE, archives.DIR):
+            raise FetchError(f"{wheel.name}: member {m.name!r} is a link or special file; refusing to unpack it",
+                             hint="the wheel is corrupt or not what was pinned: delete it from the download cache")
+        return rel
+
+    budget = archives.Budget(bytes=MAX_WHEEL_UNPACKED, file=MAX_WHEEL_MEMBER)
+    try:
+        got = archives.unpack(wheel, into, place=place, links="refuse", existing="same", budget=budget)
+    except archives.Clash as exc:
+        raise FetchError(f"{wheel.name} and {owners.get(exc.rel, 'another wheel')} both carry {exc.rel}, with "
+                         f"different bytes", hint="the pinned wheels are not of one CUDA release; pin matching versions"
+                         ) from None
+    except archives.ArchiveError as exc:
+        raise FetchError(f"{wheel.name}: {exc.what.removeprefix(wheel.name + ': ')}", hint=exc.hint) from None
+    for rel in got.files:
+        owners.setdefault(rel, wheel.name)
+    return {"package": package, "license": license_of(metadata.decode(errors="replace")),
+            "license_files": sorted(licenses)}
 
 
 def _links(root: Path) -> None:

@@ -537,10 +537,14 @@ def rocm_root() -> Path:
 
 @pytest.fixture(scope="module")
 def stubs_module():
-    sys.path.insert(0, str(SRC / "scripts"))
-    import rocm_stubs
+    """scripts/rocm_stubs.py, loaded by its path: scripts/ on sys.path would make `import nox` its nox.py."""
+    import importlib.util
 
-    return rocm_stubs
+    spec = importlib.util.spec_from_file_location("rocm_stubs", SRC / "scripts" / "rocm_stubs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["rocm_stubs"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")

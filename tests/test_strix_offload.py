@@ -157,7 +157,7 @@ def _stage_data(tmp_path: Path, root, targets) -> StageData:
     return StageData(variant="tiny", package="onebit-tiny", stage_root="", stage_tmp="", tmp_prefix="",
                            prefix="", root="", keep=(), binaries={}, links={}, backend=None, manifest_entry=None,
                            build_dir=str(tmp_path), home="", tests=(), test_values={}, where="recipes/tiny.yaml",
-                           offload_targets=tuple(targets), build_root=str(root.path))
+                           offload_targets=tuple(targets), build_root=root.root)
 
 
 def test_the_stage_step_records_or_refuses(tiny, tmp_path):
@@ -173,3 +173,22 @@ def test_the_stage_step_records_or_refuses(tiny, tmp_path):
         stage.check_offload(_stage_data(tmp_path, root, ["gfx1151"]), d / "gfx1100", tmp_path / "w", lines.append)
     assert exc.value.args[0] == ("tiny: offload check failed: tiny: offload targets gfx1100 (carries gfx1100; lacks "
                                  "gfx1151), declared gfx1151")
+
+
+def test_a_hostile_fatbin_beside_a_real_program_fails_the_stage_in_one_line(tiny, tmp_path):
+    """The stage's check with the root's own clang-offload-bundler: the real program lists gfx1151, and a library
+    whose .hip_fatbin holds a compressed bundle declaring a total size of 0 (an endless loop before) is named."""
+    import shutil
+
+    from test_offload_parser import V2, elf_with_fatbin
+
+    root, d = tiny
+    base = tmp_path / "staged"
+    (base / "bin").mkdir(parents=True)
+    shutil.copy2(d / "gfx1151" / "tiny", base / "bin" / "tiny")
+    assert stage.check_offload(_stage_data(tmp_path, root, ["gfx1151"]), base, tmp_path / "w", print) == ["gfx1151"]
+    elf_with_fatbin(base / "lib" / "libhostile.so", V2[:8] + struct.pack("<I", 0) + V2[12:])
+    with pytest.raises(StageError) as exc:
+        stage.check_offload(_stage_data(tmp_path, root, ["gfx1151"]), base, tmp_path / "w", print)
+    assert exc.value.args[0] == ("tiny: offload check failed: lib/libhostile.so: malformed .hip_fatbin: the version 2 "
+                                 "compressed bundle at byte 0 declares 0 bytes, less than its own 24-byte header")

@@ -23,24 +23,20 @@ the cuda archive's cudart, cuBLAS and cuBLASLt under NVIDIA's EULA); one that wo
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
-import lzma
 import os
 import re
 import shutil
-import tarfile
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .. import archives, lock, readfile, swap, tarball
 from ..archives import member_problem
 from ..config import file_sha256 as sha256
 from ..errors import OnebitError
-from .. import lock, readfile, swap, tarball
 from ..toolchain import REDISTRIBUTABLES
 from onebit.manifest import Backend, Manifest, default_adapter
 from onebit.route import DEVICE_FLAG, _backend_for, capabilities
@@ -311,8 +307,7 @@ def contract_problems(archive: Path) -> list[str]:
     problems = []
     if not archive.name.endswith((".tar.gz", ".tar.xz")):
         problems.append(f"{archive.name}: Lemonade extracts .tar.gz/.tar.xz/.tar.bz2/.7z/.zip, not this")
-    with tarfile.open(archive) as tar:
-        members = tar.getmembers()
+    members = archives.members(archive)
     tops = {m.name.split("/")[0] for m in members}
     if len(tops) != 1:
         problems.append(f"{archive.name}: {len(tops)} top folders, need one: {sorted(tops)}")
@@ -328,8 +323,7 @@ def contract_problems(archive: Path) -> list[str]:
         if f"{top}/{need}" not in names:
             problems.append(f"{archive.name}: no {need} in the top folder")
     if f"{top}/{REDISTRIBUTABLES}" in names:  # what it ships from a toolchain goes with its license text
-        with tarfile.open(archive) as tar:
-            doc = tar.extractfile(f"{top}/{REDISTRIBUTABLES}").read()
+        doc = archives.read(archive, f"{top}/{REDISTRIBUTABLES}")
         problems += [f"{archive.name}: {p}" for p in redistributable_problems(doc, lambda rel: f"{top}/{rel}" in names)]
     return problems
 
@@ -417,12 +411,6 @@ def strip_components(entries: Iterable[tuple[str, bool]]) -> int:
     return 1 if same and first and nested else 0
 
 
-def stripped(name: str, strip: int) -> PurePosixPath | None:
-    """Pure: where a member lands after stripping (`.` parts dropped); None for the stripped folder itself."""
-    parts = [p for p in name.split("/")[strip:] if p not in ("", ".")]
-    return PurePosixPath(*parts) if parts else None
-
-
 class _Hashing:
     """A file read through while hashing every byte, so what is unpacked is provably what was verified."""
 
@@ -438,9 +426,6 @@ class _Hashing:
         while self.read(1 << 20):
             pass
         return self.h.hexdigest()
-
-
-_BROKEN = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
 
 
 @dataclass(frozen=True)
@@ -478,8 +463,8 @@ def check(archive: Path, *, recipe: str | None = None, backend: str | None = Non
     max_bytes = limits.max_bytes(archive.stat().st_size)
     entries, count, total, servers = [], 0, 0, 0
     try:
-        with open(archive, "rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
-            for m in tar:
+        with archives.reading(archive, kind="tar") as stream:
+            for m, _ in stream:
                 count += 1
                 if count > limits.members:
                     raise OnebitError(f"{archive.name}: more than {limits.members:,} members; nothing was installed",
@@ -496,8 +481,8 @@ def check(archive: Path, *, recipe: str | None = None, backend: str | None = Non
                                           hint=f"an archive may hold {limits.text()}")
                     servers += PurePosixPath(m.name).name == SERVER
                 entries.append((m.name, m.isdir()))
-    except _BROKEN as exc:
-        raise OnebitError(f"{archive.name}: not a readable tar archive ({exc}); nothing was installed") from None
+    except archives.Unreadable as exc:
+        raise OnebitError(f"{archive.name}: not a readable tar archive ({exc.why}); nothing was installed") from None
     if servers != 1:
         raise OnebitError(f"{archive.name}: {servers} files named {SERVER}, need exactly one; nothing was installed")
     return Checked(archive=archive, recipe=recipe, backend=backend, tag=tag, sha=actual,
@@ -505,32 +490,23 @@ def check(archive: Path, *, recipe: str | None = None, backend: str | None = Non
 
 
 def _unpack(c: Checked, into: Path) -> None:
-    """Unpack a checked archive into `into`, reading it once more through a hash: a file changed since it was checked
-    (other bytes, more bytes) is refused before anything is swapped in."""
-    budget = c.size
+    """Unpack a checked archive into `into` with the project's one unpacker (builders/archives.py: no links, `strip`
+    folders stripped, at most the members and bytes the check counted), reading it once more through a hash: a file
+    changed since it was checked (other bytes, more bytes) is refused before anything is swapped in."""
+    changed = OnebitError(f"{c.archive.name}: changed while it was being installed; nothing was installed")
     try:
         with open(c.archive, "rb") as raw:
             src = _Hashing(raw)
-            with tarfile.open(fileobj=src, mode="r|*") as tar:
-                for m in tar:
-                    rel = stripped(m.name, c.strip)
-                    if member_problem(m.name, is_link=m.issym() or m.islnk(),
-                                      is_special=not (m.isfile() or m.isdir())) or (m.isfile() and m.size > budget):
-                        raise OnebitError(f"{c.archive.name}: changed while it was being installed; nothing was installed")
-                    if rel is None:
-                        continue
-                    dest = into / rel
-                    if m.isdir():
-                        dest.mkdir(parents=True, exist_ok=True)
-                        continue
-                    budget -= m.size
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    with tar.extractfile(m) as f, open(dest, "wb") as out:
-                        shutil.copyfileobj(f, out)
+            archives.unpack(src, into, strip=c.strip, links="refuse", kind="tar", label=c.archive.name,
+                            budget=archives.Budget(bytes=c.size, members=c.members))
             if src.finish() != c.sha:
-                raise OnebitError(f"{c.archive.name}: changed while it was being installed; nothing was installed")
-    except _BROKEN as exc:
-        raise OnebitError(f"{c.archive.name}: not a readable tar archive ({exc}); nothing was installed") from None
+                raise changed
+    except archives.Unreadable as exc:
+        raise OnebitError(f"{c.archive.name}: not a readable tar archive ({exc.why}); nothing was installed") from None
+    except archives.NotWritten as exc:
+        raise OnebitError(f"{exc.what}; nothing was installed") from None
+    except archives.ArchiveError:
+        raise changed from None
     (into / "version.txt").write_bytes(c.tag.encode())
     for path in into.rglob("*"):
         if path.is_file() and not path.is_symlink():
