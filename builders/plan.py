@@ -339,8 +339,10 @@ def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[St
     out = []
     for tool in variant.toolchain:
         fact = host.tools.get(tool.key)
-        if not (tool.pinned and fact is not None and fact.root == str(pinned_root(tool, layout.cache / "toolchains"))):
+        if not (tool.pinned and fact is not None and pinned_dir(tool, fact, layout) == str(pinned_root(tool, layout.cache / "toolchains"))):
             continue
+        if not fact.root:  # gathered without the cache's toolchains folder: the pinned input goes where the layout says
+            fact = dataclasses.replace(fact, root=pinned_dir(tool, fact, layout))
         what = f"{len(tool.wheels)} wheel(s)" if tool.wheels else f"{len(tool.debs)} Debian package(s)"
         describe = tuple(f"the wheel {w.requirement} (sha256 {w.sha256[:12]}…): its {w.root}/ unpacked" for w in tool.wheels)
         describe += tuple(f"{d.path} from the Debian archives (sha256 {d.sha256[:12]}…): its data unpacked"
@@ -510,7 +512,9 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
                       and (f.override or t.wheels or t.debs)})
         binds = Binds(ro=tuple(dict.fromkeys(ro)), rw=(str(build_dir), *([ccache_dir] if ccache else [])),
                       mkdirs=(str(build_dir), *([ccache_dir] if ccache else [])))
-    root, host_libs, links = with_sysroot(project, variant, host, root, build_dir)
+    root, host_libs, links = with_sysroot(project, variant, host, root, build_dir, layout)
+    if not root.is_host and root.sysroot_dir and root.sysroot_dir not in binds.ro:  # the sysroot, read-only, in the root
+        binds = dataclasses.replace(binds, ro=(*binds.ro, root.sysroot_dir))
     ctx = KindContext(
         source=source.dir, build=str(build_dir), destdir=str(layout.stage_tmp(variant.id)), prefix=install_prefix,
         # where this variant's files land: its subtree of the staged prefix (kinds that copy their own install tree)
@@ -533,17 +537,25 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
                          binds=binds, floor=project.floor)
 
 
-def with_sysroot(project: Project, variant: Variant, host: HostFacts, root: Root, build_dir: Path
+def pinned_dir(tool: Tool, fact: ToolFact | None, layout: Layout) -> str:
+    """Where a tool's pinned inputs are assembled: where the host facts found them, else (facts gathered without the
+    cache's toolchains folder) their content address in this layout's cache; "" for a tool without pinned inputs."""
+    if fact is not None and fact.root:
+        return fact.root
+    return str(pinned_root(tool, layout.cache / "toolchains")) if (tool.wheels or tool.debs) else ""
+
+
+def with_sysroot(project: Project, variant: Variant, host: HostFacts, root: Root, build_dir: Path, layout: Layout
                  ) -> tuple[Root, object, tuple[tuple[str, str], ...]]:
     """Pure: the variant's root with the floor's sysroot its compilers build against (when the variant has it and it
     is assembled, or will be: a pinned input), the libraries of the user's system its link takes without shipping
     them (a build root's ROCm or XRT: the recipe's host sets), and the link names the executor makes for them."""
     tool = next((t for t in variant.toolchain if t.tool == SYSROOT), None)
-    fact = host.tools.get(tool.key) if tool else None
-    if tool is None or fact is None or not fact.root:
+    if tool is None:
         return root, None, ()
+    sysroot_dir = pinned_dir(tool, host.tools.get(tool.key), layout)
     cxx = next((m.group(1) for d in tool.debs if (m := re.match(r"libstdc\+\+-(\d+)-dev_", d.name))), "11")
-    root = dataclasses.replace(root, sysroot_dir=fact.root, sysroot_cxx=cxx)
+    root = dataclasses.replace(root, sysroot_dir=sysroot_dir, sysroot_cxx=cxx)
     sonames = [lib.soname for name in variant.host_libraries
                for lib in (project.floor.sets.get(name, ()) if project.floor else ())]
     override = next((f"{f.root}/lib" for t in variant.toolchain if t.env and (f := host.tools.get(t.key)) is not None

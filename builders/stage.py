@@ -209,7 +209,9 @@ LLVM_PATH = ("/usr/lib/llvm-22/bin",)  # where Debian's clang-22 keeps clang-off
 
 def _root(data: StageData) -> Root:
     """Where the variant was built: its tests, probes and offload listing run there (the host when unset)."""
-    return data.build_root or Root()
+    from .root import host
+
+    return data.build_root or host()  # a StageData made without one: the host as this process sees it
 
 
 def offload_runner(root: Root) -> offload.Runner:

@@ -49,6 +49,8 @@ def test_cuda_variant_configures_from_the_pinned_wheels(cpu_bundle, tmp_path):
     configure = plan.step("build:cuda").commands[0]
     build_dir = Path(plan.step("build:cuda").data.build_dir)
     build_dir.mkdir(parents=True)
+    for path, text in configure.files:  # the sysroot's toolchain file, which the executor writes before the configure
+        Path(path).write_text(text)
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT")}
     proc = subprocess.run(configure.argv, env={**env, **dict(configure.env)}, capture_output=True, text=True)
     output = proc.stdout + proc.stderr

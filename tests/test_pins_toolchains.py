@@ -674,7 +674,8 @@ def test_the_projects_recipes_move_alike_and_still_load(tmp_path, monkeypatch):
 
     copy = tmp_path / "project"
     copy.mkdir()
-    shutil.copy(TOP / "pins.yaml", copy / "pins.yaml")
+    for f in ("pins.yaml", "floor.yaml"):  # floor.yaml carries the sysroot
+        shutil.copy(TOP / f, copy / f)
     for d in ("recipes", "roots"):
         shutil.copytree(TOP / d, copy / d)
     (copy / "onebit").mkdir()  # recipes/serve.yaml's local source

@@ -33,7 +33,9 @@ def test_sbom(tmp_path):
                          "Apache-2.0 WITH LLVM-exception")]
     kw = {"tag": "v2026.48", "version": "2026.48", "pins": pins, "patches": {"llama.cpp": [patch]}, "wheels": [wheel],
               "toolchain": [("gcc", "12.2.0"), ("cmake", "3.31.6"), ("cmake", "3.28.3")], "timestamp": TS,
-              "inputs": [{"tool": "nvcc", "package": "nvidia-cuda-nvcc", "version": "13.0.88", "sha256": "c" * 64}]}
+              "inputs": [{"tool": "nvcc", "package": "nvidia-cuda-nvcc", "version": "13.0.88", "sha256": "c" * 64},
+                         # a Debian input as toolchain.json records it: by its file (the floor's sysroot)
+                         {"tool": "sysroot", "package": "libc6_2.36-9+deb12u14_amd64.deb", "sha256": "d" * 64}]}
     text = sbom.make_sbom(**kw)
     assert text == sbom.make_sbom(**kw)  # deterministic
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
@@ -52,6 +54,8 @@ def test_sbom(tmp_path):
         ("cmake", "3.28.3"), ("cmake", "3.31.6"), ("gcc", "12.2.0")]
     nvcc = comps["input:nvidia-cuda-nvcc@13.0.88"]
     assert nvcc["purl"] == "pkg:pypi/nvidia-cuda-nvcc@13.0.88" and nvcc["hashes"] == [{"alg": "SHA-256", "content": "c" * 64}]
+    libc = comps["input:deb:libc6@2.36-9+deb12u14"]
+    assert libc["purl"] == "pkg:deb/debian/libc6@2.36-9%2Bdeb12u14?arch=amd64" and libc["hashes"][0]["content"] == "d" * 64
     assert doc["metadata"]["component"]["version"] == "2026.48"
 
 

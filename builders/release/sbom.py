@@ -95,7 +95,17 @@ def pin_component(pin: PinInfo, patches: Sequence[Path]) -> Component:
 
 
 def input_component(spec: Mapping[str, str]) -> Component:
-    """A toolchain input fetched as a wheel by name, version and sha256 (NVIDIA's CUDA wheels)."""
+    """A toolchain input fetched as a wheel by name, version and sha256 (NVIDIA's CUDA wheels), or as a Debian package
+    by its file (the Vulkan SDK's, the floor's sysroot: `name_version_arch.deb`, toolchain.json names the file)."""
+    deb = re.fullmatch(r"([^_/]+)_([^_/]+)_([^_/]+)\.deb", spec["package"]) if "version" not in spec else None
+    if deb:
+        name, version, arch = deb.groups()
+        version = version.replace("%3a", ":")
+        return Component(name=name, version=version, type=ComponentType.LIBRARY, bom_ref=f"input:deb:{name}@{version}",
+                         purl=PackageURL(type="deb", namespace="debian", name=name, version=version,
+                                         qualifiers={"arch": arch}),
+                         hashes=[HashType(alg=HashAlgorithm.SHA_256, content=spec["sha256"])],
+                         properties=[Property(name="onebit:toolchain-input", value=spec.get("tool", ""))])
     norm = re.sub(r"[-_.]+", "-", spec["package"]).lower()
     return Component(name=norm, version=spec["version"], type=ComponentType.LIBRARY,
                      bom_ref=f"input:{norm}@{spec['version']}", purl=PackageURL(type="pypi", name=norm, version=spec["version"]),
@@ -219,7 +229,7 @@ def make_sbom(*, tag: str, version: str, pins: Sequence[PinInfo], patches: Mappi
     folded = set()
     for key in sorted(shipped, key=lambda k: tuple(x or "" for x in k)):
         items = shipped[key]
-        same = [s for s in specs.values() if (_norm(s["package"]), s["version"], s["sha256"]) == key[:3]]
+        same = [s for s in specs.values() if (_norm(s["package"]), s.get("version"), s["sha256"]) == key[:3]]
         folded.update(s["package"] for s in same)
         components.append(redistributable_component(items, [s.get("tool", "") for s in same]))
     components += [input_component(specs[k]) for k in sorted(specs) if k not in folded]
