@@ -4,7 +4,9 @@ A recipe names each package (config.DebInput) the way Debian's archive does
 (`pool/main/s/shaderc/glslc_2025.2-1_amd64.deb`) with the sha256 of the file; the fetch step downloads it through the project's one HTTP session from a Debian archive, checks the
 sha256, and unpacks its data member. No archive host is written anywhere in the project: the archive comes from
 `$ONEBIT_DEBIAN_MIRROR`, else from the host's own apt sources (every Debian archive URI they list, in order), so a Debian
-host needs no setting at all.
+host needs no setting at all. The archives are tried in order by the one mirror loop (`from_archives`, which the
+Packages indexes of builders/roots.py go through too): the first that serves the file wins, and when none does, one
+error names every archive and why it failed.
 
 A download is cut off past the pinned `size` (the Packages entry's Size; MAX_DEB where none is pinned), before the
 sha256 is computed.
@@ -24,14 +26,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import requests
 
 from . import archives
 from .config import DebInput, file_sha256
-from .errors import FetchError
+from .errors import FetchError, OnebitError
 from .swap import replace_dir
 
 MIRROR_ENV = "ONEBIT_DEBIAN_MIRROR"
@@ -118,6 +121,33 @@ def mirrors(env: Mapping[str, str] | None = None, paths: Sequence[Path] = APT_SO
     return given + [m for m in debian_archives(host_sources(paths)) if m not in given]
 
 
+# ---- the mirror loop -------------------------------------------------------------------------------------------------
+T = TypeVar("T")
+
+
+class Unserved(Exception):
+    """An archive that does not serve the request (an answer other than 200): the mirror loop tries the next one."""
+
+
+def from_archives(archives: Sequence[str], attempt: Callable[[str], T], *, what: str, hint: str,
+                  passes: tuple[type[BaseException], ...] = (OSError, requests.RequestException)) -> T:
+    """The one mirror loop (the .deb downloads here, the Packages indexes of builders/roots.py): `attempt(base)` on
+    each archive in order, the first answer wins. An archive that cannot serve it (Unserved, or an error of `passes`)
+    is one line `base: why`; an OnebitError (the bytes differ from the pin's) stops the loop at once. When none
+    serves it: one FetchError, `what` and a line for every attempt."""
+    failures = []
+    for base in archives:
+        try:
+            return attempt(base)
+        except OnebitError:
+            raise
+        except Unserved as exc:
+            failures.append(f"{base}: {exc}")
+        except passes as exc:  # this archive cannot serve it: try the next
+            failures.append(f"{base}: {type(exc).__name__}: {str(exc)[:200]}")
+    raise FetchError(f"{what}:\n    " + "\n    ".join(failures or ["no archive is configured"]), hint=hint)
+
+
 # ---- fetch -----------------------------------------------------------------------------------------------------------
 def fetch(deb: DebInput, downloads: Path, *, offline: bool = False, archives: Sequence[str] | None = None,
           session=None, log=lambda m: None) -> Path:
@@ -140,49 +170,42 @@ def fetch(deb: DebInput, downloads: Path, *, offline: bool = False, archives: Se
     from .http import make_session
 
     http = session or make_session()
-    failures = []
     limit = deb.size or MAX_DEB
     tmp = where.with_name(where.name + f".tmp-{os.getpid()}")
-    for base in archives:
+
+    def attempt(base: str) -> Path:
         url = f"{base}/{deb.path}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         log(f"download {name}")
-        try:
-            if url.startswith("file:"):
-                with open(url.removeprefix("file://").removeprefix("file:"), "rb") as src:
-                    _copy_capped(iter(lambda: src.read(1 << 20), b""), tmp / name, limit, name, base)
-            else:
-                with http.get(url, stream=True, timeout=(15, 300)) as resp:
-                    if resp.status_code != 200:
-                        failures.append(f"{base}: HTTP {resp.status_code}")
-                        continue
-                    length = resp.headers.get("Content-Length", "")
-                    if length.isdigit() and int(length) > limit:
-                        raise _too_big(name, base, limit)
-                    _copy_capped(resp.iter_content(1 << 20), tmp / name, limit, name, base)
-        except FetchError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        except (OSError, requests.RequestException) as exc:  # this archive cannot serve it: try the next
-            failures.append(f"{base}: {type(exc).__name__}: {str(exc)[:200]}")
-            continue
+        if url.startswith("file:"):
+            with open(url.removeprefix("file://").removeprefix("file:"), "rb") as src:
+                _copy_capped(iter(lambda: src.read(1 << 20), b""), tmp / name, limit, name, base)
+        else:
+            with http.get(url, stream=True, timeout=(15, 300)) as resp:
+                if resp.status_code != 200:
+                    raise Unserved(f"HTTP {resp.status_code}")
+                length = resp.headers.get("Content-Length", "")
+                if length.isdigit() and int(length) > limit:
+                    raise _too_big(name, base, limit)
+                _copy_capped(resp.iter_content(1 << 20), tmp / name, limit, name, base)
         got = file_sha256(tmp / name)
         if deb.size is not None and (tmp / name).stat().st_size != deb.size:
-            shutil.rmtree(tmp, ignore_errors=True)
             raise FetchError(f"{name} from {base}: {(tmp / name).stat().st_size if (tmp / name).exists() else 0} bytes, "
                              f"not the pinned {deb.size}", hint="the archive served other bytes than were pinned")
         if got != deb.sha256:
-            shutil.rmtree(tmp, ignore_errors=True)
             raise FetchError(f"{name} from {base}: sha256 {got} does not match the pinned {deb.sha256}",
                              hint="the archive served other bytes than were pinned; update the recipe's sha256 only "
                                   "after review")
         replace_dir(tmp, where)
         return have
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise FetchError(f"{name} could not be downloaded:\n    " + "\n    ".join(failures),
-                     hint="a Debian archive drops a package once its suite moves on: pin the version the suite has "
-                          f"now (its Packages index), or point {MIRROR_ENV} at an archive that keeps it")
+
+    try:
+        return from_archives(archives, attempt, what=f"{name} could not be downloaded",
+                             hint="a Debian archive drops a package once its suite moves on: pin the version the suite "
+                                  f"has now (its Packages index), or point {MIRROR_ENV} at an archive that keeps it")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # what a failed attempt left (a served one was renamed into place)
 
 
 def _too_big(name: str, base: str, limit: int) -> FetchError:

@@ -5,7 +5,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +13,8 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import bundle, companions, elf, fetch, gitcmd, manifest, package, patch, stage, swap, toolchain, toolchain_record
+from . import (bundle, companions, elf, fetch, gitcmd, manifest, package, patch, runner, stage, swap, toolchain,
+               toolchain_record)
 from .config import Project
 from .errors import BuildError, OnebitError, StageError
 from .kinds import KINDS
@@ -26,6 +26,7 @@ from . import licenses
 from .stage import KEY_FILE
 
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
+_LINES = re.compile(r".*\n|.+\Z")  # an output's lines, each with its newline
 PLAIN_PROGRESS_EVERY = 30.0  # seconds between plain progress lines when the output is not a terminal
 
 
@@ -173,34 +174,31 @@ class Executor:
             os.symlink(target, path)
         log.write(f"$ {cmd.shell()}\n")
         log.flush()
-        try:
-            proc = subprocess.Popen(argv, cwd=cmd.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, errors="replace")
-        except FileNotFoundError:
-            raise BuildError(f"command not found: {cmd.argv[0]}", hint="install it, or check the recipe's toolchain") from None
-        captured = []
-        assert proc.stdout is not None
-        started = last = time.monotonic()
+        started = time.monotonic()
+        last = [started]
         every = progress_every()
-        for line in proc.stdout:
-            log.write(line)
-            captured.append(line)
+
+        def on_line(line: str) -> None:
             m = _NINJA.match(line)
             if m:
                 progress.update(task, completed=int(m.group(1)), total=int(m.group(2)))
                 log.flush()  # so `tail -f` on the log follows the build
             now = time.monotonic()
-            if not self.console.is_terminal and now - last >= every:
+            if not self.console.is_terminal and now - last[0] >= every:
                 # CI logs: a plain line about every 30 s, since the live bar only draws on a terminal
-                last = now
+                last[0] = now
                 done = f" [{m.group(1)}/{m.group(2)}]" if m else ""
                 self.console.print(f"... {label or cmd.argv[0]}{done} {int(now - started)} s", highlight=False, markup=False,
                                    soft_wrap=True)
-        rc = proc.wait()
-        if rc != 0:
-            tail = "".join(captured[-25:])
-            raise BuildError(f"command failed (exit {rc}): {cmd.shell()}\n{tail}", hint=f"full log: {log.name}")
-        return "".join(captured)
+
+        try:
+            proc = runner.tee(argv, log=log, on_line=on_line, cwd=cmd.cwd, env=env)
+        except FileNotFoundError:
+            raise BuildError(f"command not found: {cmd.argv[0]}", hint="install it, or check the recipe's toolchain") from None
+        if proc.returncode != 0:
+            tail = "".join(_LINES.findall(proc.stdout)[-25:])
+            raise BuildError(f"command failed (exit {proc.returncode}): {cmd.shell()}\n{tail}", hint=f"full log: {log.name}")
+        return proc.stdout
 
     # ---- actions -----------------------------------------------------------------------------------------------
     def do_fetch(self, step: Step, progress, task) -> None:

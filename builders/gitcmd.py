@@ -12,8 +12,8 @@ Every fetched repository is untrusted input, so git never runs anything from one
 Every call has a deadline and never waits on a special file:
 - `deadline(args)`: TRANSFER_DEADLINE (30 min) for the calls that move a repository's history (fetch, clone, push,
   pack-objects ...), LOCAL_DEADLINE (5 min) for local plumbing; a call may name its own, and $ONEBIT_GIT_TIMEOUT
-  (seconds) replaces every one. At the deadline git's whole process group is killed (it runs in its own session) and
-  the call is refused in one line naming the command and the repository (GitError).
+  (seconds) replaces every one. At the deadline git's whole process group is killed (builders/runner.py: it runs in its own
+  session) and the call is refused in one line naming the command and the repository (GitError).
 - `special_files(...)`: before git runs, every repository the call was given to read (its `--git-dir`, a local URL or
   folder among its arguments) has each file git reads at start (READS: config, HEAD, packed-refs,
   objects/info/alternates ...) and each pack file checked: a FIFO, device, socket or directory there, or a link out
@@ -27,13 +27,12 @@ repositories with `refuse_special_files` first.
 from __future__ import annotations
 
 import os
-import signal
 import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import treepath
+from . import runner, treepath
 from .errors import FetchError
 
 GIT = "git"
@@ -275,16 +274,9 @@ def bounded_argv(args: Sequence[str], *, timeout: float | None = None, allow_fil
     return ["timeout", "--kill-after=10", f"{deadline(args, timeout):g}", *argv(args, allow_file=allow_file)]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def run(args: Sequence[str], *, cwd=None, input: str | bytes | None = None, text: bool = True, check: bool = False,
         timeout: float | None = None, extra_env: Mapping[str, str] | None = None, allow_file: bool | None = None,
-        user_config: bool = False, stdin=None, stdout=subprocess.PIPE, **kw) -> subprocess.CompletedProcess:
+        user_config: bool = False, stdin=None, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
     """A hardened git call with a deadline (`deadline`), capturing its output (stdout to a file where one is given).
 
     Refused (GitError, one line) before git runs when a repository it reads holds a special file, and when it runs
@@ -298,25 +290,8 @@ def run(args: Sequence[str], *, cwd=None, input: str | bytes | None = None, text
         for k in ("GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL"):
             environ.pop(k, None)
         environ.update({k: v for k, v in os.environ.items() if k.startswith("GIT_CONFIG")})
-    proc = subprocess.Popen(argv(args, allow_file=allow_file), cwd=cwd, text=text, env=environ, stdout=stdout,
-                            stderr=subprocess.PIPE, start_new_session=True,
-                            stdin=subprocess.PIPE if input is not None else (subprocess.DEVNULL if stdin is None else stdin),
-                            **kw)
     try:
-        out, err = proc.communicate(input, timeout=seconds)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:  # something outside the group holds its pipes: close ours
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+        return runner.run(argv(args, allow_file=allow_file), cwd=cwd, input=input, text=text, errors=None, check=check,
+                          timeout=seconds, env=environ, stdin=stdin, stdout=stdout)
+    except runner.TimedOut:
         raise timed_out(args, cwd, seconds) from None
-    except BaseException:  # Ctrl-C: git is in its own session, so the terminal's signal never reached it
-        _kill_group(proc)
-        proc.wait()
-        raise
-    if check and proc.returncode != 0:
-        raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

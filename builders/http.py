@@ -9,6 +9,9 @@ the Hugging Face Hub, release asset uploads, companion downloads). What is retri
 - a rate-limit answer to any request, the request having been refused, not done: 429, or 403 with `Retry-After` or
   with `x-ratelimit-remaining: 0` (GitHub's secondary and primary limits). A plain 403 (no permission) is not retried;
 - a connection that could not be opened (any request), and one that broke after the request was sent (idempotent only);
+  but not a host that cannot be reached at all (`unreachable`: its name does not resolve, it refuses the connection,
+  no route leads to it): offline, or a wrong URL, the same answer comes back however long we wait, so the command
+  fails at once instead of backing off for half a minute per endpoint;
 - waits: `Retry-After` when the server sends it, else until `x-ratelimit-reset`, else exponential backoff (0, 2, 4, 8,
   16 s); one wait longer than `max_wait`, or waits adding up past `budget`, are not waited: the answer is given back
   as it is and the caller's error says when to run again. At most `total` retries.
@@ -18,6 +21,7 @@ Each wait is logged (logger `builders.http`), so a slow run says why it paused.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -27,7 +31,7 @@ from urllib.parse import urlsplit
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import MaxRetryError, ResponseError
+from urllib3.exceptions import MaxRetryError, NameResolutionError, NewConnectionError, ResponseError
 
 from .errors import OnebitError
 
@@ -69,6 +73,37 @@ def wait_hint(headers: Mapping[str, str], now: float | None = None) -> float | N
     return None
 
 
+_NO_ROUTE = (errno.ENETUNREACH, errno.EHOSTUNREACH)
+
+
+def unreachable(error: BaseException | None) -> str | None:
+    """Pure: why a connection could not be opened at all, where waiting would not change it (the name does not
+    resolve, the host refuses, no route leads to it); None for any other error (a timeout, a broken connection)."""
+    if isinstance(error, NameResolutionError):
+        return "the host name does not resolve"
+    if isinstance(error, NewConnectionError):
+        cause = error.__cause__ or error.__context__
+        if isinstance(cause, ConnectionRefusedError):
+            return "the connection was refused"
+        if isinstance(cause, OSError) and cause.errno in _NO_ROUTE:
+            return "no route to the host"
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    """What a requests failure came from: `unreachable`'s words when they apply, else the exception's type."""
+    seen: BaseException | None = exc
+    for _ in range(5):  # requests' ConnectionError -> urllib3's MaxRetryError -> its reason
+        if seen is None:
+            break
+        why = unreachable(seen)
+        if why:
+            return f"{type(exc).__name__} ({why})"
+        seen = getattr(seen, "reason", None) or (seen.args[0] if seen.args and isinstance(seen.args[0], BaseException)
+                                                 else None)
+    return type(exc).__name__
+
+
 class Retry(urllib3.util.Retry):
     """urllib3's Retry with the policy above (see the module docstring)."""
 
@@ -104,6 +139,8 @@ class Retry(urllib3.util.Retry):
     def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None) -> Retry:
         if response is not None and response.status in RATE_LIMIT and not rate_limited(response.status, response.headers):
             raise MaxRetryError(_pool, url, ResponseError(f"HTTP {response.status}"))  # not a rate limit: hand it back
+        if unreachable(error):  # offline or a wrong URL: no wait changes it
+            raise MaxRetryError(_pool, url, error)
         new = super().increment(method, url, response, error, _pool, _stacktrace)
         wait, why = new._wait(response)
         spent = time.monotonic() - new.started
@@ -196,7 +233,7 @@ class Client:
             resp = self.session.request(method, url, params=params, json=json, data=data, stream=stream, timeout=timeout,
                                         headers=sent)
         except requests.RequestException as exc:
-            raise HTTPError(f"cannot reach the {self.service} API: {type(exc).__name__}", where=f"{method} {url}",
+            raise HTTPError(f"cannot reach the {self.service} API: {_reason(exc)}", where=f"{method} {url}",
                             hint="check the network (and the base URL setting), then run the same command again") from None
         if ok404 and resp.status_code == 404:
             return None

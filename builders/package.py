@@ -72,6 +72,8 @@ def index_channel(packages: Iterable[Path], channel_dir: Path, platform: str = "
 
 
 def sha256sums(directory: Path, out: Path) -> Path:
+    """The one SHA256SUMS writer (a bundle's out dir, a release dir): GNU `sha256sum` lines of every file below
+    `directory` but `out` and dot-files, by path, written aside and swapped into place."""
     lines = []
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p != out and not p.name.startswith(".")):
         lines.append(f"{file_sha256(path)}  {path.relative_to(directory).as_posix()}\n")

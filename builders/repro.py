@@ -85,7 +85,8 @@ def compare_dirs(a: Path, b: Path, names: Sequence[str] | None = None, *, diffos
                  max_lines: int = 40) -> list[str]:
     """Which files differ between two release directories, and where (diffoscope's first lines when installed)."""
     import shutil as _shutil
-    import subprocess as _subprocess
+
+    from . import runner
 
     names = sorted(names if names is not None else {p.name for p in a.iterdir() if p.is_file()} |
                    {p.name for p in b.iterdir() if p.is_file()})
@@ -100,8 +101,11 @@ def compare_dirs(a: Path, b: Path, names: Sequence[str] | None = None, *, diffos
             continue
         problems.append(f"{name}: differs")
         if tool:
-            proc = _subprocess.run([tool, "--text", "-", "--max-report-size", "200000", str(fa), str(fb)],
-                                   capture_output=True, text=True, check=False, timeout=600)
+            try:
+                proc = runner.run([tool, "--text", "-", "--max-report-size", "200000", str(fa), str(fb)], timeout=600)
+            except runner.TimedOut:
+                problems.append("    diffoscope did not finish within 600 s")
+                continue
             problems += ["    " + line for line in proc.stdout.splitlines()[:max_lines]]
     return problems
 

@@ -9,7 +9,8 @@ detection go through a `Root`; nothing else asks "is there a build root?":
                            network is cut unless `net` (the host: its net-cut prefix, sandbox.probe_net_cut; a build
                            root: bwrap's own network namespace); `ro`/`rw` are bound into a build root (the host
                            sees its own file system). The wrapped Command keeps the plain one as `inside`.
-  run(argv, ...)           run one command here and capture its output (timeout, process-group kill).
+  run(argv, ...)           run one command here and capture its output (builders/runner.py: timeout, process-group
+                           kill).
   which(name)              where a program is, as seen from here (None: absent).
   version(exe)             the version a program answers here (`--version`, else `version`).
 
@@ -22,12 +23,12 @@ import dataclasses
 import os
 import re
 import shutil
-import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import runner
 from .plan_types import Command
 
 HOST = "host"
@@ -134,25 +135,14 @@ class Root:
             ro: Sequence[str] = (), rw: Sequence[str] = (), net: bool = False, timeout: float = 120,
             path: Sequence[str] = (), inherit: bool = False) -> subprocess.CompletedProcess:
         """Run one command here, capturing its text output; on timeout its process group is killed and
-        subprocess.TimeoutExpired raised. `inherit` (the host only): the caller's environment less LD_LIBRARY_PATH
-        instead of the declared one (a device probe sees the user's Vulkan/ROCm settings)."""
+        runner.TimedOut (a subprocess.TimeoutExpired) raised. `inherit` (the host only): the caller's environment less
+        LD_LIBRARY_PATH instead of the declared one (a device probe sees the user's Vulkan/ROCm settings)."""
         cmd = self.wrap(Command(tuple(argv), cwd=cwd, env=tuple(sorted((env or {}).items())), path=tuple(path)),
                         ro=ro, rw=rw, net=net)
         run_env = cmd.environ(os.environ) if not inherit or not self.is_host else {
             **{k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}, **(env or {})}
         argv = list(cmd.argv) if not (inherit and self.is_host) else list(argv)
-        proc = subprocess.Popen(argv, cwd=cwd, env=run_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.communicate()
-            raise
-        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        return runner.run(argv, cwd=cwd, env=run_env, timeout=timeout)
 
     def which(self, name: str) -> str | None:
         """Where program `name` (or an absolute path) is, as seen from here; None: absent."""

@@ -24,7 +24,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from .errors import FetchError, OnebitError
+from .errors import OnebitError
 from .root_pins import (ASSEMBLY, GENERATED, Change, ResolvedDeb, RootPin, describe, diff, glibc_of, load_roots,  # noqa: F401
                         moved_text, render, root_key)
 
@@ -73,33 +73,27 @@ def parse_packages(text: str) -> list[dict[str, str]]:
 
 
 def read_index(suite: str, component: str, archives: Sequence[str], *, session=None, log: Log = _noop) -> str:
-    """One suite's Packages index (its text), from the first archive that serves it."""
-    failures = []
-    for base in archives:
+    """One suite's Packages index (its text), from the first archive that serves it (debs.from_archives)."""
+    from . import debs
+
+    def attempt(base: str) -> str:
         url = index_url(base, suite, component)
         log(f"read {suite}/{component} Packages from {base}")
-        try:
-            if url.startswith("file:"):
-                raw = Path(url.removeprefix("file://").removeprefix("file:")).read_bytes()
-            else:
-                from .http import make_session
+        if url.startswith("file:"):
+            raw = Path(url.removeprefix("file://").removeprefix("file:")).read_bytes()
+        else:
+            from .http import make_session
 
-                resp = (session or make_session()).get(url, timeout=(15, 300))
-                if resp.status_code != 200:
-                    failures.append(f"{base}: HTTP {resp.status_code}")
-                    continue
-                raw = resp.content
-            text = lzma.decompress(raw).decode("utf-8", errors="replace")
-        except (OSError, lzma.LZMAError, ValueError) as exc:
-            failures.append(f"{base}: {type(exc).__name__}: {str(exc)[:200]}")
-            continue
-        except Exception as exc:  # requests' errors: the next archive may serve it
-            failures.append(f"{base}: {type(exc).__name__}: {str(exc)[:200]}")
-            continue
-        return text
-    raise FetchError(f"no Debian archive served dists/{suite}/{component}/binary-{ARCH}/Packages.xz:\n    "
-                     + "\n    ".join(failures or ["no archive is configured"]),
-                     hint="set ONEBIT_DEBIAN_MIRROR to a Debian archive that carries the suite")
+            resp = (session or make_session()).get(url, timeout=(15, 300))
+            if resp.status_code != 200:
+                raise debs.Unserved(f"HTTP {resp.status_code}")
+            raw = resp.content
+        return lzma.decompress(raw).decode("utf-8", errors="replace")
+
+    # any error of one archive (requests' among them): the next archive may serve it
+    return debs.from_archives(archives, attempt, passes=(Exception,),
+                              what=f"no Debian archive served dists/{suite}/{component}/binary-{ARCH}/Packages.xz",
+                              hint="set ONEBIT_DEBIAN_MIRROR to a Debian archive that carries the suite")
 
 
 def resolve_closure(root: RootPin, indexes: Sequence[tuple[str, str | Sequence[Mapping[str, str]]]]) -> list[ResolvedDeb]:

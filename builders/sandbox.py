@@ -45,15 +45,15 @@ from __future__ import annotations
 import functools
 import json
 import os
-import resource
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import runner
 
 BWRAP = "bwrap"
 INSIDE_UID = 65534  # nobody: the command runs as no user of the host, in its own user namespace
@@ -400,8 +400,7 @@ def why_unavailable(bwrap: str = BWRAP) -> str | None:
     if exe is None:
         return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
     try:
-        proc = subprocess.run(argv(Sandbox(), ["/bin/sh", "-c", "exit 0"], bwrap=exe, cover=False), capture_output=True,
-                              text=True, timeout=30)
+        proc = runner.run(argv(Sandbox(), ["/bin/sh", "-c", "exit 0"], bwrap=exe, cover=False), timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not run: {exc}"
     if proc.returncode != 0:
@@ -441,13 +440,6 @@ def why_ids_unavailable(bwrap: str = BWRAP) -> str | None:
     return None
 
 
-def _limits(memory: int | None):
-    def apply() -> None:
-        if memory:
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    return apply
-
-
 def _stage_folder() -> None:
     """STAGE, made once: a folder root owns that no one else may write (the mount point of an id-ranged root)."""
     os.makedirs(STAGE, mode=0o755, exist_ok=True)
@@ -480,27 +472,22 @@ def map_ids(pid: int) -> None:
             f.write(f"0 {ID_BASE} {ID_COUNT}\n")
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+def popen(sb: Sandbox, command: Sequence[str], *, stdin=subprocess.DEVNULL, stdout=None,
+          stderr=None) -> subprocess.Popen:
+    """Start `command` in the sandbox, text in and out, its output where the caller's goes unless piped
+    (builders/runner.py: its own session, so run() kills the whole group on timeout; bounded by the sandbox's
+    `memory`). An id-ranged sandbox waits, before anything of it runs, until its ids are mapped here."""
+    def start(fds: tuple[int, ...] = ()) -> subprocess.Popen:
+        return runner.start(argv(sb, command, **({"fds": fds} if fds else {})), env={"PATH": os.defpath}, stdin=stdin,
+                            stdout=stdout, stderr=stderr, memory=sb.memory, pass_fds=fds)
 
-
-def popen(sb: Sandbox, command: Sequence[str], **kwargs) -> subprocess.Popen:
-    """Start `command` in the sandbox (its own session: run() kills the whole group on timeout). An id-ranged sandbox
-    waits, before anything of it runs, until its ids are mapped here."""
     if not id_ranged(sb):
-        return subprocess.Popen(argv(sb, command), env={"PATH": os.defpath}, preexec_fn=_limits(sb.memory),
-                                start_new_session=True, **kwargs)
+        return start()
     _stage_folder()
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     try:
-        proc = subprocess.Popen(argv(sb, command, fds=(info_w, block_r)), env={"PATH": os.defpath},
-                                preexec_fn=_limits(sb.memory), start_new_session=True, pass_fds=(info_w, block_r),
-                                **kwargs)
+        proc = start((info_w, block_r))
     except BaseException:
         for fd in (info_r, block_w):
             os.close(fd)
@@ -513,7 +500,8 @@ def popen(sb: Sandbox, command: Sequence[str], **kwargs) -> subprocess.Popen:
         if pid is not None:
             map_ids(pid)
     except OSError as exc:
-        _kill(proc)
+        runner.stop(proc)
+        proc.wait()
         raise OSError(f"the sandbox's ids could not be mapped: {exc}") from None
     finally:
         os.close(info_r)
@@ -522,20 +510,11 @@ def popen(sb: Sandbox, command: Sequence[str], **kwargs) -> subprocess.Popen:
 
 
 def run(sb: Sandbox, command: Sequence[str], *, input: str | None = None) -> subprocess.CompletedProcess:
-    """Run `command` in the sandbox, capturing text output; on timeout the process group is killed and
-    subprocess.TimeoutExpired raised."""
+    """Run `command` in the sandbox, capturing text output; on timeout the process group is killed and runner.TimedOut
+    (a subprocess.TimeoutExpired) raised."""
     proc = popen(sb, command, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
-    try:
-        out, err = proc.communicate(input, timeout=sb.timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return runner.wait(proc, input=input, timeout=sb.timeout)
 
 
 def probe_net_cut() -> tuple[str, ...]:
@@ -547,7 +526,7 @@ def probe_net_cut() -> tuple[str, ...]:
         return ()
     for prefix in (("unshare", "--net", "--"), ("unshare", "--net", "--map-root-user", "--")):
         try:
-            proc = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+            proc = runner.run([*prefix, "true"], timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             continue
         if proc.returncode == 0:

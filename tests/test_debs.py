@@ -221,3 +221,55 @@ def test_a_download_is_cut_off_at_the_pinned_size(tmp_path, archive):
     with pytest.raises(FetchError, match="more than the pinned 100 bytes; download stopped before hashing"):
         debs.fetch(DebInput("pool/main/b/big/big_1_amd64.deb", "2" * 64, 100), tmp_path / "dl", archives=[f"file://{root}"])
     assert not list((tmp_path / "dl").glob("2222*"))
+
+
+@pytest.fixture
+def not_found():
+    """An archive on 127.0.0.1 that serves nothing (404 for every path)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_one_mirror_loop_tries_every_archive_in_order_and_names_each_failure(tmp_path, archive, not_found):
+    """A .deb (debs.fetch) and a suite's Packages index (roots.read_index) through the one loop: the first archive
+    that serves it wins; when none does, one error with a line per archive, in order, saying why."""
+    import lzma
+    import socket
+
+    from builders import roots
+
+    root, deb = archive
+    index = root / "dists/sid/main/binary-amd64/Packages.xz"
+    index.parent.mkdir(parents=True)
+    index.write_bytes(lzma.compress(b"Package: tool\n"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{s.getsockname()[1]}"
+    bad = [f"file://{tmp_path / 'nowhere'}", not_found, refused]
+    assert file_sha256(debs.fetch(deb, tmp_path / "dl", archives=[*bad, f"file://{root}"])) == deb.sha256
+    assert roots.read_index("sid", "main", [*bad, f"file://{root}"]) == "Package: tool\n"
+    for fetch, head in ((lambda a: debs.fetch(deb, tmp_path / "dl2", archives=a), f"{deb.name} could not be downloaded:"),
+                        (lambda a: roots.read_index("sid", "main", a),
+                         "no Debian archive served dists/sid/main/binary-amd64/Packages.xz:")):
+        with pytest.raises(FetchError) as caught:
+            fetch(bad)
+        lines = caught.value.what.splitlines()
+        assert lines[0] == head and [ln.strip().split(": ", 1)[0] for ln in lines[1:]] == bad
+        assert "FileNotFoundError" in lines[1] and lines[2].strip() == f"{not_found}: HTTP 404"
+        assert lines[3].strip().startswith(f"{refused}: ConnectionError: ")
+    assert list((tmp_path / "dl2").iterdir()) == []  # nothing half-downloaded is left

@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import logging
+import socket
 import threading
 from typing import ClassVar
 
 import pytest
+import urllib3
 
 from builders import companions, http
 from builders.errors import FetchError
@@ -96,3 +98,61 @@ def test_hf_companion_download_that_stays_missing_is_one_clear_error(flaky, tmp_
     with pytest.raises(FetchError, match=r"could not download .*/o/r/resolve/abc/gone.bin: Hugging Face API answered HTTP 404"):
         companions.fetch_hf("o/r", "abc", {"gone.bin": "0" * 64}, tmp_path / "hf", endpoint=endpoint)
     assert not (tmp_path / "hf").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _connect_error(url: str) -> BaseException:
+    """The error urllib3 itself raises for `url`, asked once without retries."""
+    try:
+        urllib3.PoolManager().request("GET", url, retries=False, timeout=5)
+    except Exception as exc:  # what the Retry sees
+        return exc
+    raise AssertionError(f"{url} answered")
+
+
+@pytest.mark.parametrize("url, why", [
+    ("http://nothing.invalid/x", "the host name does not resolve"),   # offline: no name resolves
+    ("http://127.0.0.1:{port}/x", "the connection was refused"),      # nothing listens
+])
+def test_unreachable_names_what_no_wait_would_change(url, why):
+    error = _connect_error(url.format(port=_free_port()))
+    assert http.unreachable(error) == why
+    assert http.unreachable(urllib3.exceptions.ReadTimeoutError(None, url, "read timed out")) is None  # retried
+    assert http.unreachable(None) is None
+
+
+@pytest.mark.parametrize("base, why", [
+    ("http://api.github.invalid", "the host name does not resolve"),
+    ("http://127.0.0.1:{port}", "the connection was refused"),
+])
+def test_pins_status_offline_fails_at_once_without_backoff(tmp_path, monkeypatch, caplog, capsys, base, why):
+    """`1bit-build pins status` with the API unreachable: the pin's row says why in one line, and no request is
+    retried (offline, every endpoint cost half a minute of backoff before)."""
+    from builders.pins.__main__ import main
+    from pins_fixtures import Project, Upstream
+
+    up = Upstream(tmp_path / "huggingface" / "tokenizers")
+    commit = up.commit("one")
+    up.tag("v0.20.3")
+    proj = Project(tmp_path, f"""
+    tokenizers:
+      url: {up.url}
+      policy: release
+      tag: v0.20.3
+      commit: {commit}
+      cadence: daily
+      license: Apache-2.0
+      mirrors: []
+    """)
+    monkeypatch.setenv("ONEBIT_GITHUB_API", base.format(port=_free_port()))
+    monkeypatch.setenv("COLUMNS", "200")
+    caplog.set_level(logging.WARNING, logger="builders.http")
+    main(["--root", str(proj.root), "status"])
+    out = capsys.readouterr().out
+    assert f"error: cannot reach the GitHub API: ConnectionError ({why})" in out
+    assert [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()] == []

@@ -321,3 +321,17 @@ def test_edits_of_the_real_pins_file_insert_and_replace_cleanly():
     added = [l for l in _diff(text, new) if l.startswith("+")]
     assert sorted(added) == sorted(f"+{' ' * (6 if len(e.path) == 4 else 4)}commit: {e.value}" for e in edits)
     assert all(l.startswith("-") and ("unresolved" in l or l.startswith("-      ")) for l in _diff(text, new) if not l.startswith("+"))
+
+
+@pytest.mark.parametrize("names, want", [
+    ([], {"pins": [], "roots": [], "toolchains": []}),
+    (["llama.cpp", "root:strix-sid", "toolchain:zig", "zinc"],
+     {"pins": ["llama.cpp", "zinc"], "roots": ["strix-sid"], "toolchains": ["zig"]}),
+    (["root:toolchain:x", "toolchain:root:y"], {"pins": [], "roots": ["toolchain:x"], "toolchains": ["root:y"]}),
+])
+def test_a_name_picks_its_mover_by_prefix(names, want):
+    """`pins bump NAME...`: each kind of the registry (pins, then roots, then toolchain inputs) takes its own names."""
+    from builders.pins import movers
+
+    assert list(movers.MOVERS) == ["pins", "roots", "toolchains"]
+    assert {k: movers.picked(names, m.prefix) for k, m in movers.MOVERS.items()} == want

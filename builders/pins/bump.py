@@ -497,7 +497,7 @@ def evaluate_isolated(ctx: Context, opts: Options, selected: Sequence[str], work
                                   reason=opts.reason, log=ctx.log)
     requests = data.get("requests") if isinstance(data, dict) else None
     drift = isolate.run_drift(ctx.root, work, report._list(requests, "requests")) if requests else []
-    write_atomic(work / DRIFT, report.dumps([[report.dump_variant(r) for r in reps] for reps in drift]))
+    report.write_file(work, DRIFT, [[report.dump_variant(r) for r in reps] for reps in drift])
     return data, drift
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -111,42 +110,17 @@ def _summary(lines: list[str]) -> None:
 @_guarded
 def cmd_bump(args) -> int:
     console = _console()
-    ctx = bumpmod.make_context(_root(args), log=lambda m: console.print(f"[dim]{redact(m)}[/]"))
-    from . import roots as roots_bump
-    from . import toolchains as tc_bump
+    log = lambda m: console.print(f"[dim]{redact(m)}[/]")  # noqa: E731
+    ctx = bumpmod.make_context(_root(args), log=log)
+    from .movers import Run, bump_all
 
-    other, tc_names = tc_bump.split_names(args.names)
-    pin_names, root_names = roots_bump.split_names(other)
-    opts = bumpmod.Options(names=pin_names, cadence=args.cadence, open_pr=args.open_pr, dry_run=args.dry_run,
+    opts = bumpmod.Options(names=args.names, cadence=args.cadence, open_pr=args.open_pr, dry_run=args.dry_run,
                            allow_rollback=args.allow_rollback, reason=args.reason, remote=args.remote, repo=args.repo,
                            base_branch=args.base_branch, report=args.report, from_report=args.from_report)
     if args.report and (args.from_report or args.open_pr):
         raise OnebitError("--report only evaluates: it takes neither --from-report nor --open-pr")
-    log = lambda m: console.print(f"[dim]{redact(m)}[/]")  # noqa: E731
-    root_opts = replace(opts, names=args.names)
-    moves = None
-    if args.from_report or args.open_pr:  # roots.json read and checked before any pin's PR is pushed
-        data = roots_bump.load_report(args.from_report) if args.from_report else \
-            roots_bump.in_process(_root(args), root_opts, names_given=bool(args.names), log=log)
-        moves = roots_bump.verified_moves(ctx, opts, data)
-        tc_data = tc_bump.load_report(args.from_report) if args.from_report else \
-            tc_bump.in_process(_root(args), root_opts, names_given=bool(args.names), log=log)
-        tc_moves = tc_bump.verified_moves(ctx, opts, tc_data)
-    outcomes = bumpmod.bump(ctx, opts) if pin_names or not (root_names or tc_names) else []
-    # a root's move is read from Debian's indexes here (no upstream content is evaluated)
-    if args.report:  # the evaluating job: nothing is written into the checkout; roots.json joins the artifact
-        entries = roots_bump.evaluate_roots(_root(args), root_opts, names_given=bool(args.names), log=log)
-        roots_bump.write_report(args.report, entries)
-        outcomes += [roots_bump.entry_outcome(e) for e in entries]
-        tc_entries = tc_bump.evaluate_inputs(_root(args), root_opts, names_given=bool(args.names), log=log)
-        tc_bump.write_report(args.report, tc_entries)
-        outcomes += [tc_bump.entry_outcome(e) for e in tc_entries]
-    elif moves is not None:
-        outcomes += roots_bump.deliver(ctx, opts, moves)
-        outcomes += tc_bump.deliver(ctx, opts, tc_moves)
-    else:  # a local run: the files are written in place (as `roots resolve`)
-        outcomes += roots_bump.bump_roots(_root(args), root_opts, names_given=bool(args.names), log=log)
-        outcomes += tc_bump.bump_inputs(_root(args), root_opts, names_given=bool(args.names), log=log)
+    # every kind the bot moves (pins, roots, toolchain inputs: builders/pins/movers.py), in the run's mode
+    outcomes = bump_all(Run(ctx, opts, _root(args), log))
     table = Table(title="pins bump" + (" (dry run)" if args.dry_run else ""))
     for col in ("pin", "outcome", "detail"):
         table.add_column(col, overflow="fold")

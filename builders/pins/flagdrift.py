@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import resource
 import shutil
-import signal
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +25,7 @@ from ..errors import OnebitError
 from ..host import HostFacts, gather
 from ..plan import make_plan
 from ..plan_types import Layout, Step
-from .. import gitcmd
+from .. import gitcmd, runner
 from . import flags, gitops, readtree
 from .flags import MakeRun, MakeSide, Row, VariantReport
 
@@ -140,31 +137,19 @@ class MakeLimits:
     memory: int = MAKE_MEMORY
 
 
-def _bound(memory: int):
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
-
-
 def run_make(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], paths: Mapping[str, str],
              timeout: float = MAKE_TIMEOUT, memory: int = MAKE_MEMORY) -> MakeRun:
     """One `make -n` in a clean environment (PATH, HOME, LC_ALL=C and `env`), bounded in address space, its process
-    group killed on timeout. Only ever called inside the drift check's sandbox (builders/pins/isolate.py)."""
+    group killed on timeout (builders/runner.py). Only ever called inside the drift check's sandbox
+    (builders/pins/isolate.py)."""
     full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"), "LC_ALL": "C", **env}
     try:
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
-                                preexec_fn=_bound(memory))
+        proc = runner.run(argv, cwd=cwd, env=full, timeout=timeout, memory=memory)
+    except runner.TimedOut:
+        return MakeRun(None, "", f"timed out after {timeout:.0f} s")
     except OSError as exc:
         return MakeRun(None, "", f"cannot run {argv[0]}: {exc.strerror}")
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return MakeRun(None, "", f"timed out after {timeout:.0f} s")
-    return MakeRun(proc.returncode, flags.redact(out, paths), flags.redact(err, paths))
+    return MakeRun(proc.returncode, flags.redact(proc.stdout, paths), flags.redact(proc.stderr, paths))
 
 
 def _make_rows(inv: flags.Invocation, variant: Variant, recipe: Recipe, trees: tuple[Tree | None, Tree], aliases: Sequence[str],

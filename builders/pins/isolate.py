@@ -23,12 +23,11 @@ import ctypes
 import os
 import re
 import secrets as pysecrets
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import sandbox
+from .. import runner, sandbox
 from ..errors import OnebitError
 from . import flagdrift, flags, report
 from .flags import Row, VariantReport
@@ -88,9 +87,7 @@ def _run(sb: sandbox.Sandbox | None, cmd: list[str], *, cwd: Path, timeout: floa
     """Run an isolated part: in the sandbox, or (no sandbox here) as a child with the cleared environment."""
     if sb is not None:
         return sandbox.run(sb, cmd, input=input)
-    stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
-    return subprocess.run(cmd, cwd=cwd, env=child_env(), capture_output=True, text=True, errors="replace",
-                          timeout=timeout, **stdin)
+    return runner.run(cmd, cwd=cwd, env=child_env(), timeout=timeout, input=input)
 
 
 def _last_line(text: str) -> str:
@@ -116,7 +113,7 @@ def run_evaluation(root: Path, pins: Mapping, names: Sequence[str], work: Path, 
         log(f"no sandbox on this host ({why}): the evaluation runs as a child without any secret; make -n will not run")
     try:
         proc = _run(sb, _python(root, *args), cwd=work, timeout=EVAL_TIMEOUT)
-    except subprocess.TimeoutExpired:
+    except runner.TimedOut:
         raise OnebitError(f"the evaluation of the pins did not finish within {EVAL_TIMEOUT:.0f} s; nothing was pushed") from None
     for line in (proc.stderr or "").splitlines():
         if line.startswith("log: "):
@@ -167,7 +164,7 @@ def run_drift(root: Path, work: Path, requests: Sequence[dict]) -> list[list[Var
         cmd += ["--no-make", f"this host cannot make the sandbox ({why})"]
     try:
         proc = _run(sb, cmd, cwd=work, timeout=DRIFT_TIMEOUT, input=nonce + "\n")
-    except subprocess.TimeoutExpired:
+    except runner.TimedOut:
         return _held(requests, f"the build-flag check did not finish within {DRIFT_TIMEOUT:.0f} s")
     frames = [m for m in FRAME.finditer(proc.stdout or "") if m.group("n") == nonce]
     if proc.returncode != 0 or len(frames) != 1:

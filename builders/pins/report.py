@@ -89,7 +89,9 @@ def dumps(data: Any) -> str:
 
 
 def write_file(work: Path, name: str, data: Any) -> Path:
-    """A report file (`work/name`) written aside and swapped into place."""
+    """The one writer of the bot's report files (report.json, drift-results.json, drift.json, roots.json,
+    toolchains.json): `work/name` as `dumps` writes it, aside and swapped into place (swap.write_text_atomic). Read
+    back by `load_file`."""
     from ..swap import write_text_atomic
 
     out = Path(work) / name

@@ -377,18 +377,18 @@ def pypi_base(env: Mapping[str, str] | None = None) -> str:
     """The package index whose JSON API is asked (`<base>/pypi/<name>/json`): the index of the pip that downloads the
     wheels (builders/fetch.py runs `python -m pip`): $PIP_INDEX_URL, else pip's configured index-url, else pip's
     default; its `/simple` dropped."""
-    import subprocess
     import sys
+
+    from .. import runner
 
     env = os.environ if env is None else env
     url = (env.get("PIP_INDEX_URL") or "").strip()
     if not url:
-        proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                              timeout=120, check=False)
+        proc = runner.run([sys.executable, "-m", "pip", "config", "list"], timeout=120)
         url = index_setting(proc.stdout) or ""
     if not url:
-        proc = subprocess.run([sys.executable, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
-                              capture_output=True, text=True, timeout=120, check=False)
+        proc = runner.run([sys.executable, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
+                          timeout=120)
         url = proc.stdout.strip()
         if proc.returncode != 0 or not url:
             raise OnebitError("cannot tell pip's package index", hint="set PIP_INDEX_URL")

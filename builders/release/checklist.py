@@ -24,9 +24,7 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
+
+from .. import runner
 
 MODEL_ENV = "ONEBIT_CHECK_MODEL"
 TIMEOUT = 600  # seconds for one command
@@ -170,31 +170,20 @@ def _grep_ok(options: Sequence[str], text: str) -> bool:
     return any(re.search(regex, line, flags) for line in text.splitlines())
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+STOP_GRACE = 10  # seconds a command's group has between SIGTERM and SIGKILL
 
 
 def run_command(item: Item, env: Mapping[str, str]) -> Result:
     started = time.monotonic()
     try:
-        proc = subprocess.Popen(item.argv, cwd=item.cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
-    except OSError as exc:
-        return Result(item.line, list(item.argv), "fail", f"cannot run {item.argv[0]}: {exc.strerror or exc}")
-    try:
-        out, _ = proc.communicate(timeout=item.timeout)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
+        proc = runner.run(item.argv, cwd=item.cwd, env=env, stderr=runner.STDOUT, timeout=item.timeout,
+                          grace=STOP_GRACE)
+    except runner.TimedOut:
         return Result(item.line, list(item.argv), "fail", f"timed out after {item.timeout} s",
                       time.monotonic() - started)
+    except OSError as exc:
+        return Result(item.line, list(item.argv), "fail", f"cannot run {item.argv[0]}: {exc.strerror or exc}")
+    out = proc.stdout
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         return Result(item.line, list(item.argv), "fail", f"exit {proc.returncode}", seconds, _tail(out))
@@ -221,12 +210,9 @@ def run_server(item: Item, env: Mapping[str, str], poll: float = 1.0) -> Result:
     base = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     deadline = started + item.timeout
-    log = open(os.devnull, "w")
     try:
-        proc = subprocess.Popen(argv, cwd=item.cwd, env=dict(env), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = runner.start(argv, cwd=item.cwd, env=env, stdout=runner.DEVNULL, stderr=runner.DEVNULL)
     except OSError as exc:
-        log.close()
         return Result(item.line, argv, "fail", f"cannot run {argv[0]}: {exc.strerror or exc}")
     try:
         while True:
@@ -253,8 +239,8 @@ def run_server(item: Item, env: Mapping[str, str], poll: float = 1.0) -> Result:
         return Result(item.line, argv, "ok" if ok else "fail", "" if ok else f"chat completion: HTTP {r.status_code}",
                       time.monotonic() - started, _tail(r.text))
     finally:
-        _kill(proc)
-        log.close()
+        runner.stop(proc, STOP_GRACE)
+        proc.wait()
 
 
 def run_items(items: Sequence[Item], env: Mapping[str, str], say: Callable[[str], None] = print) -> list[Result]:

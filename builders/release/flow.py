@@ -26,7 +26,7 @@ from .. import gitcmd
 from ..errors import OnebitError
 from . import changes, lemonade, notes, sbom
 from . import tag as tags
-from .. import tarball
+from .. import package, tarball
 from ..swap import replace_dir
 
 LICENSE_NAMES = ("LICENSE", "LICENSE.md", "LICENSE.txt", "COPYING", "LICENSE-MIT")
@@ -122,11 +122,6 @@ def _place(src: Path, dest_dir: Path) -> Path:
     return dest
 
 
-def sha256sums(directory: Path) -> str:
-    return "".join(f"{changes.file_sha256(p)}  {p.name}\n" for p in sorted(directory.iterdir())
-                   if p.is_file() and p.name != "SHA256SUMS" and not p.name.startswith("."))
-
-
 def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date: dt.date, config: ReleaseConfig,
              built: Sequence[BuiltBundle], git_cache: Callable[[str], Path], mtime: int,
              bumps: Sequence[changes.BumpResult] = ()) -> list[Path]:
@@ -194,7 +189,7 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
                                    builds={b.name: changes.build_entries(b.records, b.gates) for b in built})
         (rel / "changes.json").write_text(changes.dumps(doc))
         (rel / "notes.md").write_text(notes.render(doc))
-        (rel / "SHA256SUMS").write_text(sha256sums(rel))
+        package.sha256sums(rel, rel / "SHA256SUMS")
         replace_dir(rel, out)
     files = sorted(p for p in out.iterdir() if p.is_file() and p.name != "SHA256SUMS")
     return files + [out / "SHA256SUMS"]
