@@ -15,6 +15,7 @@ from .config import Project
 from .execute import Executor, Report
 from .plan_types import Plan
 from .session import locked, preflight, refuse
+from .steps import STEPS
 
 
 def build(planned: Callable[[], tuple[Project, Plan]], *, offline: bool = False, force: bool = False,
@@ -22,7 +23,7 @@ def build(planned: Callable[[], tuple[Project, Plan]], *, offline: bool = False,
     """planned(): the project and its plan, asked again once pinned toolchains are assembled. Returns what ran."""
     project, plan = planned()
     preflight(plan.layout)
-    toolchains = [s for s in plan.steps if s.action in ("toolchain", "root")]
+    toolchains = [s for s in plan.steps if STEPS[s.action].replans]
     fetched = False
     if plan.to_fetch and toolchains:
         refuse(plan)  # what the host must bring is said before anything is downloaded

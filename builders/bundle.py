@@ -1,7 +1,7 @@
 """bundle: a bundle from its packages. The metapackage that pins every package exactly and carries
 share/onebit/manifest.json, and the deterministic tarball of the installed tree.
 
-Two callers, one mechanism: the build's bundle steps (execute.py) and the release's assembly from the packages CI
+Two callers, one mechanism: the build's bundle steps (steps/bundle.py) and the release's assembly from the packages CI
 jobs built on different machines (release/compose.py). So a bundle assembled from parts is, byte for byte, the bundle
 one machine builds (tests/test_release_compose.py holds them to that).
 """

@@ -130,20 +130,16 @@ def cmd_plan(args) -> int:
 
 def cmd_fetch(args) -> int:
     from .execute import Executor
+    from .steps import fetch_only
 
     project, plan = _plan(args)
     preflight(plan.layout, out=False)
     refuse(plan, tools=False)
-    # crates are vendored from a checkout: its source step runs too
-    plan.steps = [s for s in plan.steps if s.action in FETCH_ACTIONS
-                  or (s.action == "source" and any(c.needs == (s.id,) for c in plan.steps if c.action == "crates"))]
+    plan.steps = fetch_only(plan.steps)  # crates are vendored from a checkout: its source step runs too
     with locked(plan.layout, out=False):
         report = Executor(plan, project, offline=args.offline, console=console).run()
     console.print(f"[green]fetched[/] {len(report.ran)} source(s), {len(report.cached)} already cached")
     return 0
-
-
-FETCH_ACTIONS = ("fetch", "wheels", "toolchain", "root", "submodules", "hf", "crates")
 
 
 def cmd_build(args) -> int:

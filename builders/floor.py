@@ -38,7 +38,7 @@ class HostLibrary:
     set: str  # "base" or the host set's name
 
     def manifest(self) -> dict:
-        """The manifest's `host_libraries` item (builders/plan.py manifest_entry)."""
+        """The manifest's `host_libraries` item (builders/steps/stage.py manifest_entry)."""
         return {"soname": self.soname, "provided_by": self.provided_by, "set": self.set}
 
 

@@ -69,43 +69,9 @@ class Command:
         return out
 
 
-# ---- typed step payloads: a typo fails when the plan is made, not as a KeyError halfway through a build ----------
-@dataclass(frozen=True)
-class FetchData:
-    pin: str
-    commit: str
-    dest: str
-    # (recipe, its source.may_lack globs) for each recipe that uses the pin: the absent files of a partial clone
-    # that all of them tolerate (fetch.untolerated)
-    may_lack: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-
-@dataclass(frozen=True)
-class WheelsData:
-    dir: str
-    requirements: tuple[str, ...]  # the whole closure, each by exact version
-    pythons: tuple[str, ...] = ()  # 'X.Y' of every CPython the wheels are fetched for (one folder each)
-
-
-@dataclass(frozen=True)
-class ToolchainData:
-    tool: str
-    wheels: tuple[Any, ...]  # config.WheelInput: package, version, sha256, the folder inside the wheel, what ships
-    dest: str  # the assembled root
-    debs: tuple[Any, ...] = ()  # config.DebInput: pool path and sha256 (a toolchain of Debian packages)
-    floor: tuple[str, tuple[tuple[str, str], ...]] | None = None  # the sysroot's: the policy and its caps (stand-ins)
-
-
-@dataclass(frozen=True)
-class RootData:
-    """A build root (roots/<name>.yaml) assembled into the cache under its content address."""
-
-    name: str
-    dest: str
-    key: str
-    where: str
-
-
+# ---- the stage step's payload: typed, so a typo fails when the plan is made, not as a KeyError halfway through a
+# build. Every other step kind's data lives in its module (builders/steps/); this one is here, below both, because the
+# mechanism that takes it whole, builders/stage.py, imports no step ---------------------------------------------------
 @dataclass(frozen=True)
 class RuntimeData:
     """Redistributable runtime libraries a variant ships, unmodified, from a toolchain root (cudart, cuBLAS)."""
@@ -113,67 +79,6 @@ class RuntimeData:
     root: str
     package: str
     libs: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class SubmodulesData:
-    pin: str
-    commit: str
-    url: str
-    want: tuple[str, ...]
-    lock: str
-    git_dir: str
-
-
-@dataclass(frozen=True)
-class CratesData:
-    source: str
-    manifest: str
-    dir: str
-    where: str
-    root: Any = None  # the build Root whose cargo vendors (builders/root.py); None: the host's /usr
-
-
-@dataclass(frozen=True)
-class HfData:
-    pin: str
-    repo: str
-    revision: str
-    files: tuple[tuple[str, str], ...]  # (name, sha256)
-    dir: str
-    where: str
-
-
-@dataclass(frozen=True)
-class ExtraSource:
-    pin: str
-    commit: str
-    into: str
-
-
-@dataclass(frozen=True)
-class SourceData:
-    dir: str  # stable per (pin commit, patch list): a changed patch resets this checkout and re-applies
-    pin: str
-    commit: str
-    patches: tuple[str, ...]
-    extra: tuple[ExtraSource, ...]
-    where: str
-    submodules_lock: str | None = None  # the pin's submodules, checked out at their gitlinks
-    may_lack: tuple[str, ...] = ()  # the recipe's source.may_lack: files its checkout may lack (a partial clone's)
-
-
-@dataclass(frozen=True)
-class BuildData:
-    variant: str
-    kind: str
-    build_dir: str  # stable per variant so ninja rebuilds incrementally; .onebit-key says which key it holds
-    source_dir: str  # a build dir configured against another source dir is wiped first
-    fresh_dir: bool  # script kinds start from an empty dir
-    where: str
-    network_isolated: bool = True  # False: the recipe asks for no network but this host cannot cut it
-    flags: str = ""  # digest of the path maps: a build dir configured with other flags is wiped first (CMake reads
-    #                  CFLAGS only on its first configure)
 
 
 @dataclass(frozen=True)
@@ -213,48 +118,17 @@ class StageData:
     host_libraries: tuple[str, ...] = ()  # the floor's host-library sets the variant declares (stage.host_libraries)
 
 
-@dataclass(frozen=True)
-class PackageData:
-    name: str
-    version: str
-    build_string: str
-    build_number: int
-    license: str
-    summary: str
-    homepage: str | None
-    prefix: str  # the staged prefix whose files the package carries
-    out: str  # a directory of its own per cache key
-    depends: tuple[str, ...]  # run requirements known at plan time (virtual packages a conda client detects: __cuda)
-    glibc_floor: str | None  # the floor's glibc: `__glibc >=X` is declared when the package ships any ELF file
-
-    @property
-    def file(self) -> Path:
-        return Path(self.out) / f"{self.name}-{self.version}-{self.build_string}.conda"
-
-
-@dataclass(frozen=True)
-class BundleData:
-    name: str  # the metapackage
-    summary: str
-    packages: tuple[str, ...]  # package step ids
-    out: str
-    dir: str  # the channel dir, tarball file or SHA256SUMS file this step writes (by action)
-    to: str = ""  # publish: the out dir
-
-
-Payload = FetchData | WheelsData | ToolchainData | RootData | SubmodulesData | CratesData | HfData | SourceData | BuildData | StageData | PackageData | BundleData
-
-
 @dataclass(frozen=True, eq=False)
 class Step:
     id: str
-    action: str  # which executor runs it (fetch, source, build, stage, package, bundle-*)
+    action: str  # which step kind runs it (builders/steps/: fetch, source, build, stage, package, the bundle steps)
     title: str
     key: str
     commands: tuple[Command, ...] = ()
     needs: tuple[str, ...] = ()
-    data: Any = None  # one of the payload types above, by action
-    describe: tuple[str, ...] = ()  # what the step does that is not a command of its own (fetches, patches), in words
+    data: Any = None  # the step kind's data (builders/steps/<kind>.py), by action
+    # what the step does that is not a command of its own (fetches, patches), in words: its kind's describe(step)
+    describe: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {

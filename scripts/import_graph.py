@@ -3,9 +3,11 @@
     python scripts/import_graph.py            # each module's imports of project modules, then loops and climbs
     python scripts/import_graph.py --summary  # counts only
 
-Layers, lowest first: the runtime side `onebit` (never imports builders); the build side (`builders.*`); the bot and
-the release (`builders.pins.*`, `builders.release.*`), which use the build side; the command-line front
-(`builders.cli`, `builders.__main__`). An import from a lower layer into a higher one "runs back up".
+Layers, lowest first: the runtime side `onebit` (never imports builders); the build side's mechanisms (`builders.*`:
+fetch, companions, toolchain, roots, stage, package, bundle, swap ...); the step kinds on top of them
+(`builders.steps.*`); the composition that plans and runs steps (`builders.plan`, `builders.execute`,
+`builders.build`); the bot and the release (`builders.pins.*`, `builders.release.*`), which use the build side; the
+command-line front (`builders.cli`, `builders.__main__`). An import from a lower layer into a higher one "runs back up".
 tests/test_layers.py asserts: no loop, no climb.
 """
 from __future__ import annotations
@@ -77,12 +79,19 @@ def graph(root: Path = ROOT) -> dict[str, set[str]]:
     return {m: imports_of(m, p, known) for m, p in mods.items()}
 
 
+COMPOSITION = ("builders.plan", "builders.execute", "builders.build")  # plans and runs the step kinds
+
+
 def layer(mod: str) -> int:
     if mod.startswith("onebit"):
         return 0
     if mod in ("builders.cli", "builders.__main__"):
-        return 3
+        return 5
     if mod.startswith(("builders.release", "builders.pins")):
+        return 4
+    if mod in COMPOSITION:
+        return 3
+    if mod == "builders.steps" or mod.startswith("builders.steps."):
         return 2
     return 1
 

@@ -425,7 +425,8 @@ def test_the_checkout_refuses_a_cache_entry_lacking_a_file_its_recipe_may_use(mi
     before checking anything out; one that does gets the sparse commands and the list beside its checkout."""
     from builders.errors import BuildError
     from builders.execute import Executor
-    from builders.plan_types import Command, Layout, Plan, SourceData, Step
+    from builders.plan_types import Command, Layout, Plan, Step
+    from builders.steps.source import SourceData, checkout_commands
 
     mirrors, commit, _ = partial
     dest = tmp_path / "cache" / f"{commit}.git"
@@ -443,10 +444,10 @@ def test_the_checkout_refuses_a_cache_entry_lacking_a_file_its_recipe_may_use(mi
     executor = Executor(Plan(bundle="mini", version="1", build_number=0, platform="linux-64", layout=layout, steps=[]),
                         config.load_project(mini.root))
     with pytest.raises(BuildError) as err:
-        executor._checkout_commands(step(("docs/**",)))
+        checkout_commands(executor.context(), step(("docs/**",)))
     assert str(err.value).splitlines()[0] == (f"recipes/hello.yaml: the cache entry of {commit[:7]} ({dest}) lacks {BIG}, "
                                               "which this recipe may use (no glob of its source.may_lack matches it)")
-    cmds = executor._checkout_commands(step(("data/*.bin",)))
+    cmds = checkout_commands(executor.context(), step(("data/*.bin",)))
     assert [c.argv for c in cmds] == fetch.worktree_commands(str(dest), str(src), commit, [BIG])
     assert src.with_name("hello.onebit-absent").read_text() == f"{BIG}\n"
 

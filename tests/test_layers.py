@@ -1,5 +1,6 @@
 """The import graph, drawn from the project's own imports: no import loop, and no import running back up a layer
-(onebit never imports builders; the build side never imports the release or the bot; nothing imports the front)."""
+(onebit never imports builders; no mechanism imports a step kind (builders/steps/), and no step kind the plan or the
+executor that compose them; the build side never imports the release or the bot; nothing imports the front)."""
 from __future__ import annotations
 
 import importlib.util
@@ -27,6 +28,23 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
     assert g["builders.release.b"] == {"builders.a", "builders.c"}
     assert ig.loops(g) == [["builders.a", "builders.c", "builders.release.b"]]  # a -> b -> c -> a
     assert ig.climbs(g) == [("builders.a", "builders.release.b"), ("onebit.x", "builders.c")]
+
+
+def test_a_mechanism_importing_a_step_kind_runs_back_up(tmp_path):
+    """The step kinds sit on the mechanisms and under the plan and the executor: stage.py importing its step kind, or
+    a step kind importing the plan that calls it, is a climb; the plan importing a step kind and a step kind
+    importing a mechanism are not."""
+    pkg = tmp_path / "builders"
+    (pkg / "steps").mkdir(parents=True)
+    for f in ("__init__.py", "steps/__init__.py", "swap.py"):
+        (pkg / f).write_text("")
+    (pkg / "stage.py").write_text("from .steps import stage\n")
+    (pkg / "steps" / "stage.py").write_text("from .. import swap\n")
+    (pkg / "steps" / "build.py").write_text("from ..plan import make_plan\n")
+    (pkg / "plan.py").write_text("from .steps import build, stage\n")
+    (pkg / "execute.py").write_text("from .steps import stage\n")
+    assert ig.climbs(ig.graph(tmp_path)) == [("builders.stage", "builders.steps.stage"),
+                                             ("builders.steps.build", "builders.plan")]
 
 
 def test_no_import_loop():

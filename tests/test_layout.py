@@ -253,7 +253,9 @@ def test_packages_declare_glibc_and_an_old_host_is_refused_by_the_solver(tmp_pat
 
 def test_a_file_installed_twice_is_a_bundle_error(tmp_path):
     from builders.execute import Executor as E
-    from builders.plan_types import PackageData, Plan, Step
+    from builders.plan_types import Plan, Step
+    from builders.steps.bundle import check_clobbers
+    from builders.steps.package import PackageData
 
     trees = {}
     for name in ("onebit-a", "onebit-b"):
@@ -265,7 +267,7 @@ def test_a_file_installed_twice_is_a_bundle_error(tmp_path):
              for n, p in trees.items()]
     plan = Plan("b", "1", 0, "linux-64", Layout(tmp_path, tmp_path, tmp_path, tmp_path), steps)
     with pytest.raises(StageError, match="onebit-a and onebit-b would both install lib/libggml.so"):
-        E(plan, None)._check_clobbers()
+        check_clobbers(E(plan, None).context())
 
 
 def test_a_host_that_cannot_cut_the_network_is_recorded():

@@ -309,12 +309,13 @@ def test_verbose_steps_paste_into_a_shell(tmp_path):
 
 
 def test_the_executor_runs_every_action_the_planners_make():
-    from builders.execute import ACTIONS, Executor
+    from builders.execute import Executor
     from builders.errors import BuildError
     from builders.plan_types import Step
+    from builders.steps import STEPS
 
     made = {s.action for b in PROJECT.bundles for s in make_plan(PROJECT, b, facts(), LAYOUT).steps}
-    assert made <= set(ACTIONS) and all(callable(f) for f in ACTIONS.values())
+    assert made <= set(STEPS) and all(callable(k.run) for k in STEPS.values())
     plan = make_plan(PROJECT, "cpu", facts(), LAYOUT)
     plan.steps = [Step("x:1", "teleport", "an action nobody runs", "k")]
     with pytest.raises(BuildError) as err:
@@ -372,12 +373,15 @@ def test_the_walk_of_a_bundle_name_crosses_four_modules():
         make_plan(PROJECT, "strix", facts(), LAYOUT)
     finally:
         sys.setprofile(None)
-    modules = {"builders/kinds" if m.startswith("builders/kinds/") else m for m in ran} - {"builders/plan_types"}
+    modules = {m.rsplit("/", 1)[0] if m.startswith(("builders/kinds/", "builders/steps/")) else m
+               for m in ran} - {"builders/plan_types"}
     # and where it runs (root_pins: a build root's key; root.wrap -> sandbox.argv: the bwrap command line of a rooted
     # variant; the host root's network cut), and the floor's (floor: its key, glibc and a backend's host libraries;
     # sysroot: the flags its sysroot gives each compiler)
+    # (and the step kinds' planners in steps/, one module per step kind, counted once like the build kinds)
     assert modules == {"builders/plan", "builders/config", "builders/host", "builders/kinds", "builders/root_pins",
-                       "builders/root", "builders/sandbox", "builders/floor", "builders/sysroot"}, sorted(ran)
+                       "builders/root", "builders/sandbox", "builders/floor", "builders/sysroot",
+                       "builders/steps"}, sorted(ran)
 
 
 def test_a_hint_from_deep_in_a_step_names_the_real_bundle(tmp_path, capsys):

@@ -36,10 +36,34 @@ class KindContext:
 
 class BuildKind(Protocol):
     name: str
+    fresh_dir: bool  # the build dir starts empty every time (a script's: no configure that could go stale)
+    strict_options: bool  # a `--set` must name an option the recipe declares (CMake's -D: any other is a typo)
 
     def build(self, ctx: KindContext) -> list[Command]: ...
 
     def install(self, ctx: KindContext) -> list[Command]: ...
+
+    def check_output(self, command_index: int, output: str) -> str | None: ...
+
+    def note_output(self, command_index: int, output: str) -> tuple[str | None, dict]: ...
+
+
+class KindDefaults:
+    """What a kind is unless it says otherwise: it reuses its build dir, takes any option, and reads nothing in its
+    commands' output (the cmake kind fails on ignored -D options and notes dropped shader features)."""
+
+    fresh_dir = False
+    strict_options = False
+
+    @staticmethod
+    def check_output(command_index: int, output: str) -> str | None:
+        """Called by the executor after each build command; a message makes the build fail."""
+        return None
+
+    @staticmethod
+    def note_output(command_index: int, output: str) -> tuple[str | None, dict]:
+        """Called after each build command like check_output, but it informs: a log line and facts the manifest records."""
+        return None, {}
 
 
 def env_items(ctx: KindContext, *, flag_env: bool = True, variables: tuple[str, ...] | None = None,

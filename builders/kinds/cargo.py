@@ -15,10 +15,10 @@ from __future__ import annotations
 from .. import sysroot
 from ..plan_types import Command
 from . import flags
-from .base import env_items
+from .base import KindDefaults, env_items
 
 
-class CargoKind:
+class CargoKind(KindDefaults):
     name = "cargo"
 
     def build(self, ctx) -> list[Command]:

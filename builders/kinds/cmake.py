@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import sysroot
 from ..plan_types import Command
 from . import flags
-from .base import env_items
+from .base import KindDefaults, env_items
 
 
 def cmake_value(value: object) -> str:
@@ -30,8 +30,9 @@ def toolchain_files(ctx, options) -> tuple[tuple[str, str], ...]:
     return ((f"{ctx.build}/{SYSROOT_CMAKE_FILE}", text),)
 
 
-class CMakeKind:
+class CMakeKind(KindDefaults):
     name = "cmake"
+    strict_options = True  # every -D is the recipe's: `--set` names one of them
 
     def configure_argv(self, ctx) -> list[str]:
         argv = [

@@ -16,7 +16,7 @@ from __future__ import annotations
 from .. import sysroot
 from ..plan_types import Command
 from . import flags
-from .base import env_items
+from .base import KindDefaults, env_items
 
 
 def _split(options) -> tuple[list[str], dict[str, str]]:
@@ -25,7 +25,7 @@ def _split(options) -> tuple[list[str], dict[str, str]]:
     return programs, {k: str(v) for k, v in opts.items()}
 
 
-class MakeKind:
+class MakeKind(KindDefaults):
     name = "make"
 
     def tree(self, ctx) -> str:

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from ..plan_types import Command
-from .base import env_items
+from .base import KindDefaults, env_items
 from .cmake import SYSROOT_CMAKE_FILE, toolchain_files
 
 
-class ScriptKind:
+class ScriptKind(KindDefaults):
     name = "script"
+    fresh_dir = True  # the recipe's commands start from an empty build dir every time
 
     def build(self, ctx) -> list[Command]:
         env = env_items(ctx)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import sysroot
 from ..plan_types import Command
-from .base import env_items
+from .base import KindDefaults, env_items
 
 
 def zig_value(value: object) -> str:
@@ -13,7 +13,7 @@ def zig_value(value: object) -> str:
     return str(value)
 
 
-class ZigKind:
+class ZigKind(KindDefaults):
     name = "zig"
 
     def build(self, ctx) -> list[Command]:
