@@ -215,7 +215,7 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
     install_prefix = f"{INSTALL_PREFIX}/{variant.root}" if variant.root else INSTALL_PREFIX
     launcher = host.tools.get(f"ccache[{variant.build_root}]" if variant.build_root else "ccache")
     ccache = launcher is not None and launcher.found
-    extra_env = {"CCACHE_BASEDIR": str(layout.work), "CCACHE_NOHASHDIR": "true"} if ccache else {}
+    extra_env = {"CCACHE_BASEDIR": ccache_base(layout), "CCACHE_NOHASHDIR": "true"} if ccache else {}
     root = root_of(project, host, layout, variant.build_root)
     binds = Binds()
     if not root.is_host:
@@ -259,6 +259,17 @@ def variant_inputs(project: Project, variant: Variant, host: HostFacts, layout: 
                          patches=tuple(p.file for p in recipe.patches(project.root)), path=path, root=root,
                          binds=binds, floor=project.floor, toolchain_overrides=replaced,
                          build_string=build_string(variant, source.short, build_number, overrides, replaced))
+
+
+def ccache_base(layout: Layout) -> str:
+    """Pure: ccache's base_dir, under which it hashes paths relative to the compile's directory: the work dir and the
+    cache together where they share a folder below / (a test's or CI's one temporary folder: the sysroot in the cache
+    and the checkout in the work dir then hash alike from any such folder, so a fresh work dir still hits), else the
+    work dir."""
+    import os
+
+    common = os.path.commonpath([str(layout.work), str(layout.cache)])
+    return common if common != "/" else str(layout.work)
 
 
 def with_sysroot(project: Project, variant: Variant, host: HostFacts, root: Root, build_dir: Path, layout: Layout

@@ -65,6 +65,13 @@ class Mini:
     upstream: Path  # the upstream git repo
     commit: str  # the pinned commit (tag v1.0)
 
+    def without_sysroot(self) -> "Mini":
+        """The project's floor less its pinned sysroot: a test that builds --offline with a fresh cache (the release's,
+        a partial mirror's) has no Debian packages to assemble it from; the host's C library is then what it links."""
+        floor = (Path(__file__).resolve().parent.parent / "floor.yaml").read_text()
+        (self.root / "floor.yaml").write_text(floor[:floor.index("\ntoolchain:")] + "\n")
+        return self
+
     def pins(self) -> dict:
         return yaml.safe_load((self.root / "pins.yaml").read_text())
 

@@ -392,6 +392,7 @@ def test_a_build_from_a_partial_mirror_lists_the_absent_files_beside_its_checkou
     from builders.plan_types import Layout
 
     mirrors, commit, _ = partial
+    mini.without_sysroot()  # built offline from a fresh cache
     data = mini.pins()
     data["pins"]["hello"].pop("tag")
     data["pins"]["hello"].update(commit=commit, url="https://example.invalid/hello.git", mirrors=[])

@@ -168,7 +168,7 @@ def test_the_stage_step_records_or_refuses(tiny, tmp_path):
     assert stage.check_offload(_stage_data(tmp_path, root, ["gfx1151"]), d / "gfx1151", tmp_path / "w",
                                lines.append) == ["gfx1151"]
     assert json.loads((tmp_path / stage.OFFLOAD_NOTES).read_text()) == {"offload_targets": ["gfx1151"]}
-    assert lines == ["offload targets of tiny (clang-offload-bundler of its build root): tiny gfx1151"]
+    assert lines == ["offload targets of tiny (clang-offload-bundler of build root strix-sid): tiny gfx1151"]
     with pytest.raises(StageError) as exc:
         stage.check_offload(_stage_data(tmp_path, root, ["gfx1151"]), d / "gfx1100", tmp_path / "w", lines.append)
     assert exc.value.args[0] == ("tiny: offload check failed: tiny: offload targets gfx1100 (carries gfx1100; lacks "
