@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import nox
 
@@ -89,9 +90,28 @@ def host_packages(session: nox.Session, packages: dict[str, str] = DEBIAN_PACKAG
     session.run(APT_GET, "install", "-y", "-q", "--no-install-recommends", *missing, external=True, env=env)
 
 
+INSTALLED = ".onebit-installed"  # in a session's venv: what its editable install of the project was made from
+
+
+def install_project(session: nox.Session) -> None:
+    """The project, editable, with its build and test extras, into the session's venv, unless the venv already holds
+    the install made from this very pyproject.toml (a stamp in the venv says which): the code is editable, so only a
+    changed pyproject.toml (dependencies, entry points) needs pip again. A re-run with nothing changed costs no pip."""
+    import hashlib
+
+    want = hashlib.sha256(Path("pyproject.toml").read_bytes() + repr(DEPS).encode()).hexdigest()
+    stamp = Path(session.virtualenv.location) / INSTALLED if session.virtualenv.location else None
+    if stamp is not None and stamp.is_file() and stamp.read_text().strip() == want:
+        session.log("onebit-build is installed in this venv from the same pyproject.toml: no pip")
+        return
+    session.install(*DEPS)
+    if stamp is not None:
+        stamp.write_text(want + "\n")
+
+
 def _build(session: nox.Session, bundle: str) -> None:
     host_packages(session, BUILD_PACKAGES, "a build needs")
-    session.install(*DEPS)
+    install_project(session)
     session.run("1bit-build", "build", bundle, *session.posargs)
 
 
@@ -102,7 +122,7 @@ def tests(session: nox.Session) -> None:
     Installs (as root on Debian) or names the host packages the tests need first; with them guaranteed, a test that
     finds its toolchain missing fails instead of skipping (ONEBIT_REQUIRE_TOOLCHAINS)."""
     host_packages(session)
-    session.install(*DEPS)
+    install_project(session)
     env = {"ONEBIT_REQUIRE_TOOLCHAINS": "1"}
     # the zinc end-to-end, the real ds4-server and the Strix compile tests then run instead of skipping
     _team_mirrors(env, session)
@@ -112,7 +132,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def fuzz(session: nox.Session) -> None:
     """Fuzz the GGUF inspector with 100,000 mutated files (the test suite runs 2,000): `nox -s fuzz`."""
-    session.install(*DEPS)
+    install_project(session)
     session.run("pytest", "-q", "-s", "tests/test_fuzz_gguf.py", *session.posargs,
                 env={"ONEBIT_FUZZ_N": os.environ.get("ONEBIT_FUZZ_N", "100000")})
 
@@ -179,7 +199,7 @@ def build_strix(session: nox.Session) -> None:
     kernel headers, XRT and Rust from the pinned build root roots/strix-sid.yaml; zig and the Vulkan SDK as pinned
     inputs), install it into .onebit/prefix/strix and run `1bit check` (ROCm0 and NPU0 unproven without the hardware).
     Arguments after `--` replace the variant list: `nox -s build-strix -- --only ds4-rocm`."""
-    session.install(*DEPS)
+    install_project(session)
     env = {"GGML_VK_VISIBLE_DEVICES": os.environ.get("GGML_VK_VISIBLE_DEVICES", "0")}
     _team_mirrors(env, session)
     for recipe, why in STRIX_UNREACHABLE.items():
@@ -201,14 +221,14 @@ def build_nvidia(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def plan(session: nox.Session) -> None:
     """Print a bundle's plan: `nox -s plan -- strix`."""
-    session.install(*DEPS)
+    install_project(session)
     session.run("1bit-build", "plan", *(session.posargs or ["strix"]))
 
 
 @nox.session(name="bump-pins", python=PYTHON)
 def bump_pins(session: nox.Session) -> None:
     """Move pins by their policy: `nox -s bump-pins -- llama.cpp --open-pr`."""
-    session.install(*DEPS)
+    install_project(session)
     session.run("1bit-build", "pins", "bump", *session.posargs)
 
 
@@ -224,7 +244,7 @@ def release(session: nox.Session) -> None:
     In CI (.github/workflows/release.yml) the same command assembles from the parts the build jobs uploaded
     (`1bit-build release-part`), building nothing; tests/test_release_replay.py replays that job graph here.
     """
-    session.install(*DEPS)
+    install_project(session)
     session.run("1bit-build", "release", *(session.posargs or ["cpu"]))
 
 

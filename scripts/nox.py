@@ -112,7 +112,20 @@ def build(dest: Path) -> None:
 
 def ensure() -> Path:
     VENV.parent.mkdir(parents=True, exist_ok=True)
-    with open(VENV.parent / "nox-venv.lock", "w") as lock:
+    # the lock file as builders/lock.py opens every lock (that module is not importable yet): never through a link,
+    # never truncated, a regular file or one line
+    path = VENV.parent / "nox-venv.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        say(f"cannot open the lock {path}: {exc.strerror} (a link or a special file there? remove it)")
+        sys.exit(2)
+    import stat
+
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        say(f"the lock {path} is not a regular file: remove it")
+        sys.exit(2)
+    with os.fdopen(fd, "r+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two first runs at once make one environment
         if not usable(VENV):
             aside = VENV.with_name(f"nox-venv.new-{os.getpid()}")

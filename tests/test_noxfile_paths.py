@@ -52,3 +52,21 @@ def test_planted_apt_get_and_dpkg_query_never_run(tmp_path, monkeypatch, noxfile
     noxfile.host_packages(s)
     assert [a[0] for a in s.ran] == ["/usr/bin/apt-get", "/usr/bin/apt-get"]
     assert not list(tmp_path.glob("*-ran"))
+
+
+def test_a_planted_lock_link_of_the_nox_bootstrap_is_refused_and_its_victim_untouched(tmp_path):
+    """scripts/nox.py takes its lock as builders/lock.py does (O_NOFOLLOW, a regular file): a link planted as
+    .onebit/nox-venv.lock never truncates or writes what it points at."""
+    import subprocess
+    import sys
+
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "nox.py").write_text((ROOT / "scripts" / "nox.py").read_text())
+    (tmp_path / ".onebit").mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    (tmp_path / ".onebit" / "nox-venv.lock").symlink_to(victim)
+    r = subprocess.run([sys.executable, str(tmp_path / "scripts" / "nox.py"), "--version"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "nox-venv.lock" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert victim.read_text() == "keep me\n" and not (tmp_path / ".onebit" / "nox-venv").exists()
