@@ -173,3 +173,24 @@ def build(library: Path, out: Path, caps: Mapping[str, str], *, cc: str | None =
     if proc.returncode != 0:
         raise FetchError(f"assembling the link stand-in of {library.name} failed: {proc.stderr.strip()[-400:]}")
     return out
+
+
+def archive(source: str, out: Path, *, cc: str | None = None) -> Path:
+    """Write `out`, a static archive of one object compiled from the C text `source` with the host's C compiler
+    (position-independent, so shared libraries link it too)."""
+    cc = cc or shutil.which("cc") or shutil.which("gcc")
+    ar = shutil.which("ar")
+    if cc is None or ar is None:
+        raise FetchError(f"{out.name} needs a C compiler and ar; {'cc' if cc is None else 'ar'} is not on PATH",
+                         hint="install the C toolchain (gcc, binutils) the compiled recipes need anyway")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="onebit-linkstub-") as tmp:
+        src, obj = Path(tmp) / f"{out.stem}.c", Path(tmp) / f"{out.stem}.o"
+        src.write_text(source)
+        proc = subprocess.run([cc, "-c", "-O2", "-fPIC", "-o", str(obj), str(src)], capture_output=True, text=True)
+        if proc.returncode == 0:
+            proc = subprocess.run([ar, "rcsD", str(out), str(obj)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FetchError(f"building {out.name} failed: {proc.stderr.strip()[-400:]}")
+    return out
+

@@ -45,11 +45,29 @@ CMAKE_LANGUAGES = ("C", "CXX", "CUDA", "HIP")
 # The floor itself (the policy, its glibc and the highest version of each family) is floor.yaml's (builders/floor.py):
 # the functions here take its values, never a copy of them.
 DEFAULT_GLIBC = "2.34"
+# gcc 11's libstdc++ headers name helper templates after what newer front ends parse as built-in traits (g++ 13 on
+# Ubuntu 24.04 and nvcc's EDG front end refuse `struct __is_convertible`, found on the H200): the sysroot's headers see
+# them under other names, consistently, so every compiler reads the floor's headers
+TRAITS = tuple(f"-D{n}=__onebit{n}" for n in ("__is_nothrow_convertible", "__is_convertible", "__remove_cv",
+                                                "__remove_reference", "__remove_cvref"))
 
 
 # the link stand-ins of the assembled root: (library in the sysroot, stand-in file in floor/, version families capped)
 STANDINS = ((f"usr/lib/{MULTIARCH}/libstdc++.so.6", "libstdc++.so", ("GLIBCXX", "CXXABI")),
             (f"lib/{MULTIARCH}/libgcc_s.so.1", "libgcc_s.so", ("GCC",)))
+# What a newer g++ emits calls to but the floor's libstdc++ lacks, linked statically and hidden into each ELF that
+# needs it (as Red Hat's devtoolset links libstdc++_nonshared.a): g++ 14 calls __cxa_call_terminate (CXXABI_1.3.15)
+# where an exception leaves a noexcept function; the floor's runtime does what gcc 14's does, with what gcc 11 has.
+# floor/libstdc++.so is then a link script naming this archive before the stand-in (found on the -L path).
+NONSHARED = ("libstdc++_floor_nonshared.a", """\
+extern void *__cxa_begin_catch(void *);
+extern void _ZSt9terminatev(void) __attribute__((noreturn)); /* std::terminate() */
+__attribute__((visibility("hidden"), noreturn)) void __cxa_call_terminate(void *exception) {
+  if (exception) __cxa_begin_catch(exception);
+  _ZSt9terminatev();
+}
+""")
+STDCXX_STANDIN = "libstdc++_floor.so"  # the libstdc++ stand-in itself, behind floor/libstdc++.so's link script
 
 
 @dataclass(frozen=True)
@@ -133,14 +151,14 @@ def flags(family: str, sr: Sysroot, *, host_libs: HostLibs | None = None, glibc:
     if family == "gcc":
         return Flags((sysroot,), _gcc_link(sr) + extra_link)
     if family == "g++":
-        return Flags((sysroot, "-nostdinc++", *_isystem(sr.cxx_includes())), _gcc_link(sr) + extra_link)
+        return Flags((sysroot, "-nostdinc++", *TRAITS, *_isystem(sr.cxx_includes())), _gcc_link(sr) + extra_link)
     if family in ("clang", "clang++", "hipcc"):
         toolchain = f"--gcc-toolchain={sr.gcc_toolchain}"
         return Flags((sysroot, toolchain), (sysroot, toolchain, *[f"-L{d}" for d in sr.lib_dirs()]) + extra_link)
     if family == "nvcc":
         if host_libs is not None:
             raise ValueError("nvcc: host libraries are linked by the host compiler's flags (family g++)")
-        compile_ = (f"-Xcompiler={sysroot}", "-Xcompiler=-nostdinc++", *_isystem(sr.cxx_includes()))
+        compile_ = (f"-Xcompiler={sysroot}", "-Xcompiler=-nostdinc++", *TRAITS, *_isystem(sr.cxx_includes()))
         link = (f"-Xcompiler={sysroot}", f"-Xcompiler=-B{sr.path}/usr/lib/{MULTIARCH}/", *[f"-L{d}" for d in sr.lib_dirs()])
         return Flags(compile_, link)
     if family == "zig":
@@ -220,7 +238,7 @@ def cmake_toolchain(sr: Sysroot, families: Mapping[str, str], *, host_libs: Host
         if fam in ("g++", "nvcc"):
             # the libstdc++ headers as the toolchain's own system include directories (CMake adds them last, after
             # the project's, as -isystem); -nostdinc++ drops the compiler's own
-            init = [a for a in f.compile if a.startswith(("-nostdinc", "-Xcompiler=-nostdinc"))]
+            init = [a for a in f.compile if a.startswith(("-nostdinc", "-Xcompiler=-nostdinc")) or a in TRAITS]
             if fam == "nvcc":
                 init = [f"-Xcompiler=--sysroot={sr.path}", *init]
             lines.append(f"set(CMAKE_{lang}_FLAGS_INIT {_cmake_string(init)})")
@@ -252,7 +270,14 @@ def floor_standins(tree: Path, dest: Path, caps: Mapping[str, str], *, cc: str |
     out = {}
     for rel, name, families in STANDINS:
         real = tree / rel
-        if real.is_file():
+        if not real.is_file():
+            continue
+        if name != "libstdc++.so":
             linkstub.build(real, dest / name, {f: caps[f] for f in families}, cc=cc)
-            out[name] = rel
+        else:
+            linkstub.build(real, dest / STDCXX_STANDIN, {f: caps[f] for f in families}, cc=cc)
+            linkstub.archive(NONSHARED[1], dest / NONSHARED[0], cc=cc)
+            (dest / name).write_text(f"/* onebit: the floor's libstdc++ (docs/portability.md) */\n"
+                                     f"INPUT({NONSHARED[0]} {STDCXX_STANDIN})\n")
+        out[name] = rel
     return out

@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 from . import archives
 from .errors import FetchError, StageError
 
-ASSEMBLY = "wheels-assembly-2"  # part of the root's name: a change of the layout below never reuses an old root
+ASSEMBLY = "wheels-assembly-3"  # part of the root's name: a change of the layout below never reuses an old root
 METADATA = "onebit-toolchain.json"  # in an assembled root: the wheels it holds
 REDISTRIBUTABLES = "share/onebit/redistributables.json"  # in a variant's subtree: what it ships from a toolchain
 DRIVER_STUB = "lib/stubs/libcuda.so"

@@ -65,8 +65,11 @@ def test_cuda_variant_configures_from_the_pinned_wheels(cpu_bundle, tmp_path):
         found = Path(cache_value(cache_txt, var))
         assert found.name == Path(lib).name and found.resolve().is_relative_to(root.resolve()), (var, found)
     assert cache_value(cache_txt, "CUDA_cuda_driver_LIBRARY") == str(root / "lib64" / "stubs" / "libcuda.so")
-    # the prefix maps reach nvcc: CMAKE_CUDA_FLAGS comes from the CUDAFLAGS environment, untouched
-    assert cache_value(cache_txt, "CMAKE_CUDA_FLAGS") == dict(configure.env)["CUDAFLAGS"]
+    # the prefix maps reach nvcc: CMAKE_CUDA_FLAGS is the CUDAFLAGS environment, untouched, then the sysroot's
+    # toolchain file's CMAKE_CUDA_FLAGS_INIT (as CMake joins them)
+    init = re.search(r'^set\(CMAKE_CUDA_FLAGS_INIT "(.*)"\)$', "".join(t for _, t in configure.files), re.M)
+    assert init, configure.files
+    assert cache_value(cache_txt, "CMAKE_CUDA_FLAGS") == f'{dict(configure.env)["CUDAFLAGS"]} {init.group(1)}'
 
     # one real ggml-cuda object (it includes common.cuh, whose __FILE__ leaked at main), built with the plan's flags
     obj = "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/acc.cu.o"

@@ -284,14 +284,17 @@ def ldd(path: Path) -> dict[str, str]:
 @pytest.mark.e2e
 def test_a_cuda_library_built_with_the_pinned_toolkit_resolves_inside_the_prefix(toolkit, cpu_bundle, tmp_path,
                                                                                  monkeypatch):
-    """The distro maintainer's offline build: a cache that holds only the downloaded wheels (carried over), `build
-    --offline` assembles the toolkit from them, builds, stages (the leak check unchanged), packages and indexes."""
+    """The distro maintainer's offline build: a cache that holds only the downloaded wheels and sysroot packages
+    (carried over), `build --offline` assembles the toolkit and the sysroot from them, builds, stages (the leak check unchanged), packages and indexes."""
     project_root = mini_cuda_project(tmp_path)
     cache = tmp_path / "cache"
     for w in NVCC.wheels:  # only what `1bit-build fetch` downloaded; no assembled toolkit
         wheel = next((cpu_bundle.layout.cache / "downloads" / w.sha256).glob("*.whl"))
         (cache / "downloads" / w.sha256).mkdir(parents=True)
         os.link(wheel, cache / "downloads" / w.sha256 / wheel.name)
+    for deb in (cpu_bundle.layout.cache / "downloads").glob("*/*.deb"):  # and the pinned sysroot's Debian packages
+        (cache / "downloads" / deb.parent.name).mkdir(parents=True, exist_ok=True)
+        os.link(deb, cache / "downloads" / deb.parent.name / deb.name)
     layout = Layout(root=project_root, cache=cache, work=tmp_path / "work", out=tmp_path / "out")
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "ONEBIT_CACHE")}
     proc = subprocess.run([sys.executable, "-m", "builders.cli", "--root", project_root, "--cache", cache, "--work",

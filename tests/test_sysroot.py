@@ -23,16 +23,19 @@ LIBS = ("-L/c/t/floor", f"-L{S}/usr/lib/x86_64-linux-gnu", f"-L{S}/lib/x86_64-li
 CXX_INC = ("-isystem", f"{S}/usr/include/c++/11", "-isystem", f"{S}/usr/include/x86_64-linux-gnu/c++/11",
            "-isystem", f"{S}/usr/include/c++/11/backward")
 GCC_LINK = (f"--sysroot={S}", f"-B{S}/usr/lib/x86_64-linux-gnu/", *LIBS)
+TRAITS = ("-D__is_nothrow_convertible=__onebit__is_nothrow_convertible", "-D__is_convertible=__onebit__is_convertible",
+          "-D__remove_cv=__onebit__remove_cv", "-D__remove_reference=__onebit__remove_reference",
+          "-D__remove_cvref=__onebit__remove_cvref")  # gcc 11's helper names, which g++ 13 and nvcc take as built-ins
 
 
 # ---- pure: the flags ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("family, compile_, link", [
     ("gcc", (f"--sysroot={S}",), GCC_LINK),
-    ("g++", (f"--sysroot={S}", "-nostdinc++", *CXX_INC), GCC_LINK),
+    ("g++", (f"--sysroot={S}", "-nostdinc++", *TRAITS, *CXX_INC), GCC_LINK),
     ("clang", (f"--sysroot={S}", f"--gcc-toolchain={S}/usr"), (f"--sysroot={S}", f"--gcc-toolchain={S}/usr", *LIBS)),
     ("clang++", (f"--sysroot={S}", f"--gcc-toolchain={S}/usr"), (f"--sysroot={S}", f"--gcc-toolchain={S}/usr", *LIBS)),
     ("hipcc", (f"--sysroot={S}", f"--gcc-toolchain={S}/usr"), (f"--sysroot={S}", f"--gcc-toolchain={S}/usr", *LIBS)),
-    ("nvcc", (f"-Xcompiler=--sysroot={S}", "-Xcompiler=-nostdinc++", *CXX_INC),
+    ("nvcc", (f"-Xcompiler=--sysroot={S}", "-Xcompiler=-nostdinc++", *TRAITS, *CXX_INC),
      (f"-Xcompiler=--sysroot={S}", f"-Xcompiler=-B{S}/usr/lib/x86_64-linux-gnu/", *LIBS)),
     ("zig", ("-Dtarget=x86_64-linux-gnu.2.34",), ()),
     ("rustc-linker", (), tuple(f"-Clink-arg={a}" for a in GCC_LINK)),
@@ -99,11 +102,11 @@ def test_cmake_toolchain_for_gcc_and_nvcc():
     text = sysroot.cmake_toolchain(SR, {"C": "gcc", "CXX": "g++", "CUDA": "nvcc"})
     lines = text.splitlines()
     assert f'set(CMAKE_SYSROOT "{S}")' in lines
-    assert 'set(CMAKE_CXX_FLAGS_INIT "-nostdinc++")' in lines
+    assert f'set(CMAKE_CXX_FLAGS_INIT "-nostdinc++ {" ".join(TRAITS)}")' in lines
     inc = f'"{S}/usr/include/c++/11" "{S}/usr/include/x86_64-linux-gnu/c++/11" "{S}/usr/include/c++/11/backward"'
     assert f"set(CMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES {inc})" in lines
     assert f"set(CMAKE_CUDA_STANDARD_INCLUDE_DIRECTORIES {inc})" in lines
-    assert f'set(CMAKE_CUDA_FLAGS_INIT "-Xcompiler=--sysroot={S} -Xcompiler=-nostdinc++")' in lines
+    assert f'set(CMAKE_CUDA_FLAGS_INIT "-Xcompiler=--sysroot={S} -Xcompiler=-nostdinc++ {" ".join(TRAITS)}")' in lines
     assert not any(line.startswith("set(CMAKE_C_FLAGS_INIT") for line in lines)  # CMAKE_SYSROOT is all C needs
     for kind in ("EXE", "SHARED", "MODULE"):
         assert f'set(CMAKE_{kind}_LINKER_FLAGS_INIT "{" ".join(GCC_LINK)}")' in lines
@@ -237,7 +240,9 @@ def test_the_assembly_adds_link_standins_capped_at_the_floor(assembled):
     sr = Sysroot(str(assembled))
     assert Path(sr.path, "usr/include/c++/11/vector").is_file()
     assert sorted(p.name for p in Path(sr.path, "usr/lib/gcc/x86_64-linux-gnu").iterdir()) == ["11"]  # clang's only GCC
-    soname, syms = linkstub.read(Path(sr.floor) / "libstdc++.so")
+    assert (Path(sr.floor) / "libstdc++.so").read_text().splitlines()[-1] == \
+        f"INPUT({sysroot.NONSHARED[0]} {sysroot.STDCXX_STANDIN})"  # a link script: the archive, then the stand-in
+    soname, syms = linkstub.read(Path(sr.floor) / sysroot.STDCXX_STANDIN)
     assert soname == "libstdc++.so.6"
     assert all(linkstub.allowed(s.version, FLOOR_CAPS) for s in syms)
     wait = [s for s in syms if s.name == "_ZNSt18condition_variable4waitERSt11unique_lockISt5mutexE"]
@@ -271,6 +276,41 @@ def test_gxx_builds_against_the_floor_and_the_program_runs(assembled, tmp_path):
     real = [a for a in cxx.both if a != f"-L{sr.floor}"] + [f"-L{sr.path}/usr/lib/gcc/x86_64-linux-gnu/11"]
     subprocess.run([gxx, *real, "-O2", "-pthread", "-o", "prog-real", "main.cpp", "-L.", "-llib"], cwd=tmp_path, check=True)
     assert _needs(tmp_path / "prog-real")["GLIBCXX"] == "3.4.30"
+
+
+NEWER_GXX = textwrap.dedent("""\
+    // what g++ 14 emits where an exception leaves a noexcept function, called here by hand so any g++ makes the call
+    #include <cstdio>
+    #include <cstdlib>
+    #include <exception>
+    extern "C" void __cxa_call_terminate(void *) noexcept;
+    extern "C" int lib_call(int argc) { if (argc > 1) __cxa_call_terminate(nullptr); return 0; }
+    int main(int argc, char **) {
+      std::set_terminate([] { std::puts("terminate"); std::exit(3); });
+      return lib_call(argc);
+    }
+    """)
+
+
+def test_what_a_newer_gxx_calls_is_linked_from_the_floor(assembled, tmp_path):
+    """__cxa_call_terminate (CXXABI_1.3.15, g++ 14's) is not in the floor's libstdc++: the link script puts the floor's
+    archive first, so a program and a shared library link it statically, hidden (never exported, never needed from the
+    host's libstdc++), and it ends in the program's terminate handler as gcc 14's own does."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        missing_host_tool("g++ is not installed")
+    sr = Sysroot(str(assembled))
+    cxx = sysroot.flags("g++", sr)
+    (tmp_path / "main.cpp").write_text(NEWER_GXX)
+    for out, extra in (("prog", ()), ("libcall.so", ("-shared", "-fPIC"))):
+        subprocess.run([gxx, *cxx.both, *extra, "-O2", "-o", out, "main.cpp"], cwd=tmp_path, check=True)
+        assert _within_floor(tmp_path / out) == [], out
+        dynamic = subprocess.run(["nm", "-D", "--defined-only", out], cwd=tmp_path, capture_output=True, text=True)
+        assert "__cxa_call_terminate" not in dynamic.stdout, out
+    assert "CXXABI" in _needs(tmp_path / "prog")  # it does use the floor's libstdc++ (std::set_terminate)
+    proc = subprocess.run([str(tmp_path / "prog"), "x"], capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (3, "terminate\n")
+    assert subprocess.run([str(tmp_path / "prog")]).returncode == 0
 
 
 def test_a_cmake_project_through_the_toolchain_file(assembled, tmp_path):

@@ -124,24 +124,27 @@ def test_the_root_offers_two_kernels_from_6_14():
 
 @pytest.mark.parametrize("kernel", kernels())
 def test_dkms_builds_it_for_the_kernel(xdna, dkms_root, tmp_path, kernel):
-    """`dkms build <dir>` as a user's `dkms install` runs it (dkms adds the tree, copying it to its source tree, then
-    builds), against /usr/src/linux-headers-<kernel>; dkms's own trees in tmp_path (the root's /usr is read-only)."""
+    """What a distribution's DKMS package does (dh_dkms: the tree in /usr/src/<name>-<version>, then `dkms add -m -v`),
+    then `dkms build` against /usr/src/linux-headers-<kernel>; dkms's own trees in tmp_path (the root's /usr is
+    read-only). As the sandbox's unprivileged user: only `dkms install` (which loads nothing here) needs root."""
     _, pkg, source, commit, _ = xdna
     version, modver = _modver(source, commit)
     release = (dkms_root / f"usr/src/linux-headers-{kernel}/include/config/kernel.release").read_text().strip()
     assert release == kernel
     trees = f'--dkmstree "{tmp_path}/var" --sourcetree "{tmp_path}/src"'
-    script = (f'set -e; mkdir -p "{tmp_path}/var" "{tmp_path}/src"; '
-              f'dkms {trees} build "$1" -k "$2" --kernelsourcedir "/usr/src/linux-headers-$2"; dkms {trees} status')
+    script = (f'set -e; mkdir -p "{tmp_path}/var" "{tmp_path}/src"; cp -r "$1" "{tmp_path}/src/{NAME}-{version}"; '
+              f'dkms {trees} add -m {NAME} -v {version}; '
+              f'dkms {trees} build -m {NAME} -v {version} -k "$2" --kernelsourcedir "/usr/src/linux-headers-$2"; '
+              f'dkms {trees} status')
     sb = sandbox.Sandbox(env={"PATH": PATH_INSIDE, "LANG": "C.UTF-8"}, cwd=str(tmp_path), root=str(dkms_root),
-                         ro=(str(pkg),), rw=(str(tmp_path),), uid=0, timeout=3600)
+                         ro=(str(pkg),), rw=(str(tmp_path),), timeout=3600)
     started = time.monotonic()
     proc = sandbox.run(sb, ["bash", "-c", script, "dkms-build", str(pkg), kernel])
     print(f"dkms build {NAME}/{version} for {kernel}: {time.monotonic() - started:.0f} s")
     logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in tmp_path.glob("var/*/*/build/make.log"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs
     assert f"{NAME}/{version}, {kernel}, x86_64: built" in proc.stdout, proc.stdout
-    assert (tmp_path / "src" / f"{NAME}-{version}" / "dkms.conf").is_file()  # dkms copied the tree, as into /usr/src
+    assert (tmp_path / "src" / f"{NAME}-{version}" / "dkms.conf").is_file()  # the tree, as in /usr/src
     (ko,) = (tmp_path / "var" / NAME / version / kernel / "x86_64" / "module").glob("amdxdna.ko*")
 
     def modinfo(field: str) -> list[str]:
