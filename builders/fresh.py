@@ -25,7 +25,7 @@ command): the channels built OUTSIDE the roots are proven to install and start i
    into what it links (entry points, prefix placeholders), so only that path is the installed bundle, and
    read-only keeps the runs from changing what was installed;
 3. the root is shown to hold no C compiler and no OpenMP runtime (no cc, no gcc, no libgomp1: nothing a program
-   could have picked up from a build machine);
+   could have picked up from a build machine), again after the host sets below are installed;
 4. a prefix that declares the `rocm7` host set (its manifest's `host_libraries`) runs `1bit check` as installed, and
    it must name every missing SONAME (onebit/hostlibs.py); then each declared host set is provided as a user would:
    `vulkan` by Debian's libvulkan1 and a driver, mesa-vulkan-drivers (lavapipe is the device without a GPU), from
@@ -533,11 +533,14 @@ def run_channels(suite: str, root: Path, installed: Sequence[Installed], *, stub
     def extra(penv: Mapping[str, str]) -> tuple[str, ...]:
         return (str(stubs),) if stubs is not None and "LD_LIBRARY_PATH" in penv else ()
 
+    def compiler() -> list[str]:
+        status = root / "var/lib/dpkg/status"
+        return compiler_found(installed_packages(status.read_text() if status.is_file() else ""),
+                              [p for p in COMPILER_PATHS if os.path.lexists(root / p)])
+
     binds = ro + tuple(str(i.prefix) for i in installed)
     try:
-        status = root / "var/lib/dpkg/status"
-        c.compiler = compiler_found(installed_packages(status.read_text() if status.is_file() else ""),
-                                    [p for p in COMPILER_PATHS if os.path.lexists(root / p)])
+        c.compiler = compiler()
         _say(f"{suite}: " + (f"a compiler is in the root: {', '.join(c.compiler)}" if c.compiler else
                              "no cc, no gcc, no libgomp1 in the root"))
         c.prefixes = [PrefixRun(i.bundle) for i in installed]
@@ -556,7 +559,10 @@ def run_channels(suite: str, root: Path, installed: Sequence[Installed], *, stub
                 c.error = f"apt-get install {' '.join(debs_)} failed (exit {rc})"
                 return c
             c.provided.append(f"apt-get install {' '.join(debs_)}")
-            _say(f"{suite}: host sets provided as a user would: apt-get install {' '.join(debs_)}")
+            brought = [f"{x} (with {' '.join(debs_)})" for x in compiler() if x not in c.compiler]
+            c.compiler += brought
+            _say(f"{suite}: host sets provided as a user would: apt-get install {' '.join(debs_)}; "
+                 + (f"it brought {', '.join(brought)}" if brought else "still no cc, gcc or libgomp1"))
         for i, pr in zip(installed, c.prefixes):
             penv = {**env, **PROGRAM_ENV}
             if STUBBED_SET in i.sets and stubs is not None:
