@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import debs, gitcmd, runner, sandbox, treepath
+from .errors import OnebitError
 
 INCLUDE = ("python3", "ca-certificates")
 INSIDE = "/src/onebit-build"  # where the checkout lands in the root
@@ -750,7 +751,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _say(f"{suite}: would check the root holds no compiler, provide the declared host sets, run `1bit "
                      f"check` and start every program of each prefix with {' or '.join(PROGRAM_ARGS)}")
         return 0
-    installed = install_channels(channels, project) if channels else []
+    try:
+        installed = install_channels(channels, project) if channels else []
+    except OnebitError as exc:
+        print(f"fresh: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, KeyError) as exc:  # a prefix without a readable manifest
+        print(f"fresh: an installed bundle has no readable {MANIFEST}: {exc}", file=sys.stderr)
+        return 1
     stubs = None
     if any(STUBBED_SET in i.sets for i in installed):
         stubs = project / STUBS
