@@ -5,6 +5,7 @@
     nox -s tests            # the test suite (includes a real end-to-end build of the CPU bundle)
     nox -s build-strix -- --only vulkan
     nox -s fresh -- bookworm trixie       # the README's first command in clean Debian roots (as root)
+    nox -s fresh -- --channels .onebit/out/cpu/channel --channels-only bookworm   # built channels start there
 """
 from __future__ import annotations
 
@@ -255,7 +256,12 @@ def fresh(session: nox.Session) -> None:
     mmdebstrap makes each root (minbase + python3 + ca-certificates) from the host's Debian archive, the checkout is
     copied in, the README's first command, `1bit check` and one chat completion run inside it; one line per
     distribution with each step's result and time. The host's apt mirror and options, pip settings, CA bundle, proxy
-    and DNS settings are passed through and named; nothing of the product is copied in. `--keep` keeps the roots."""
+    and DNS settings are passed through and named; nothing of the product is copied in. `--keep` keeps the roots.
+
+    `nox -s fresh -- --channels DIR [--channels DIR ...] [--channels-only] bookworm trixie`: the channels built outside
+    the roots are installed with the standard solve (on the host, bound read-only into each root at the same path),
+    every program of each prefix is started inside each root and `1bit check` runs there; `--channels-only` leaves
+    out the checkout and the README's command."""
     host_packages(session, FRESH_PACKAGES, "nox -s fresh needs")
     session.install("-e", ".")
     session.run("python", "-m", "builders.fresh", *(session.posargs or ["bookworm", "trixie"]))

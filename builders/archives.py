@@ -1,5 +1,6 @@
 """archives: the project's one unpacker (and reader) of archives: tar of any compression (gz, xz, bz2, zst), zip and
-wheels, and a .deb's data member (ar + data.tar.*). Every unpack in the project goes through `unpack`; nothing else
+wheels, a .deb's data member (ar + data.tar.*), and a .conda package's two tars (a zip holding pkg-*.tar.zst and
+info-*.tar.zst: the same tree a .tar.bz2 package holds in one tar). Every unpack in the project goes through `unpack`; nothing else
 opens an archive for reading.
 
 What it decides, for every kind alike (the .deb unpacker's rules, first written for the build roots):
@@ -280,7 +281,23 @@ def _deb_stream(f, label: str) -> Iterator[tuple[Member, Callable[[], BinaryIO] 
     yield from _tar_stream(_Slice(f, offset, size), "zst" if name.endswith(".zst") else "")
 
 
+def _conda_stream(f, label: str) -> Iterator[tuple[Member, Callable[[], BinaryIO] | None]]:
+    """A .conda package's members: its pkg-*.tar.zst (the files), then its info-*.tar.zst (info/...)."""
+    with zipfile.ZipFile(f) as zf:
+        names = [i.filename for i in zf.infolist()]
+        tars = [[n for n in names if n.startswith(p) and n.endswith(".tar.zst") and "/" not in n]
+                for p in ("pkg-", "info-")]
+        if any(len(t) != 1 for t in tars):
+            raise Unreadable(label, "a .conda package holds one pkg-*.tar.zst and one info-*.tar.zst; found "
+                             + (", ".join(names) or "nothing"))
+        for (name,) in tars:
+            with zf.open(name) as raw:
+                yield from _tar_stream(raw, "zst")
+
+
 def _stream(f, kind: str, label: str):
+    if kind == "conda":
+        return _conda_stream(f, label)
     if kind == "deb":
         return _deb_stream(f, label)
     if kind == "zip":
@@ -292,8 +309,9 @@ def _stream(f, kind: str, label: str):
 def reading(source: Source, *, kind: str | None = None, label: str | None = None
             ) -> Iterator[Iterator[tuple[Member, Callable[[], BinaryIO] | None]]]:
     """The members of an archive in order, each with a function that opens its bytes (files only; call it before
-    asking for the next member). `kind` forces a kind ("deb" for a package named .deb); else it is read from the
-    first bytes. A stream (not a path) may hold a tar of any compression only. Damaged bytes raise Unreadable."""
+    asking for the next member). `kind` forces a kind ("deb" for a package named .deb); a file named .conda is read
+    as a conda package; else the kind is read from the first bytes. A stream (not a path) may hold a tar of any
+    compression only. Damaged bytes raise Unreadable."""
     label = label or (Path(source).name if isinstance(source, (str, Path)) else "archive")
 
     def guarded(it):
@@ -312,7 +330,7 @@ def reading(source: Source, *, kind: str | None = None, label: str | None = None
         except OSError as exc:
             raise ArchiveError(f"{label}: cannot be read ({exc.strerror})", where=str(source)) from None
         with f:
-            found = kind or kind_of(f.read(8))
+            found = kind or ("conda" if str(source).endswith(".conda") else kind_of(f.read(8)))
             f.seek(0)
             it = _stream(f, found, label)
             try:
@@ -322,7 +340,7 @@ def reading(source: Source, *, kind: str | None = None, label: str | None = None
     else:
         head = source.read(8)
         found = kind or kind_of(head)
-        if found in ("zip", "deb"):
+        if found in ("zip", "deb", "conda"):
             raise Unreadable(label, f"a {found} is read from a file, not a stream")
         it = _stream(_Prefixed(head, source), found, label)
         try:

@@ -181,3 +181,122 @@ def test_sudo_keeps_only_the_settings_that_cross():
         "sudo", "-n", "--preserve-env=PIP_INDEX_URL,https_proxy", "--", "/opt/py/bin/python", "-m", "builders.fresh",
         "bookworm", "--keep"]
     assert fresh.sudo_argv({}, "/py", ["trixie"])[:3] == ["sudo", "-n", "--"]
+
+
+# ---- the channels step (--channels) ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, want", [
+    (["bookworm"], dict(suites=["bookworm"], channels=[], channels_only=False)),
+    ([], dict(suites=["bookworm", "trixie"], channels=[], channels_only=False)),
+    (["--channels", "a", "--channels", "b", "--channels-only", "bookworm", "trixie"],
+     dict(suites=["bookworm", "trixie"], channels=["a", "b"], channels_only=True)),
+    (["--channels-only", "bookworm"], "--channels-only needs at least one --channels DIR"),
+    (["--channels"], "argument --channels: expected one argument (see nox -s fresh -- -h)"),
+    (["--nope"], "unrecognized arguments: --nope (see nox -s fresh -- -h)"),
+])
+def test_arguments(argv, want):
+    if isinstance(want, str):
+        with pytest.raises(fresh.BadArgs) as exc:
+            fresh.parse_args(argv)
+        assert str(exc.value) == want
+    else:
+        a = fresh.parse_args(argv)
+        assert {k: getattr(a, k) for k in want} == want
+
+
+@pytest.mark.parametrize("listing, want", [
+    (None, "--channels ch: not a conda channel (no linux-64/repodata.json)"),
+    (["onebit-bundle-cpu-2026.49-h1_0.conda"], "--channels ch: not a conda channel (no linux-64/repodata.json)"),
+    (["repodata.json", "onebit-cpu-2026.49-default_h0_0.conda"],
+     "--channels ch: holds no bundle (no linux-64/onebit-bundle-*.conda)"),
+    (["repodata.json", "onebit-bundle-cpu-2026.49-h1_0.conda"], None),
+])
+def test_a_channel_argument(listing, want):
+    assert fresh.channel_problem("ch", listing) == want
+
+
+def test_bundles_in_a_channel():
+    assert fresh.bundles_in(["repodata.json", "onebit-bundle-strix-2026.49-habc_0.conda", "onebit-cpu-2026.49-x_0.conda",
+                             "onebit-bundle-cpu-2026.49-h1_0.conda", "onebit-bundle-cpu-2026.49-h1_1.conda",
+                             "onebit-bundle-nvidia-sm90-2026.49-h2_0.conda"]) == ["cpu", "nvidia-sm90", "strix"]
+
+
+STATUS = """Package: libc6
+Status: install ok installed
+
+Package: libgomp1
+Status: deinstall ok config-files
+
+Package: gcc-12
+Status: install ok installed
+Description: GNU C compiler
+ Package: not-a-field
+"""
+
+
+def test_what_of_a_compiler_a_root_holds():
+    assert fresh.installed_packages(STATUS) == {"libc6", "gcc-12"}
+    assert fresh.compiler_found({"libc6", "python3", "libgcc-s1", "libstdc++6"}, []) == []  # minbase + python3
+    assert fresh.compiler_found({"libc6", "gcc-12", "libgomp1", "cpp"}, ["usr/bin/cc"]) == \
+        ["usr/bin/cc", "cpp", "gcc-12", "libgomp1"]
+
+
+LOADER = ("llama-server: error while loading shared libraries: libvulkan.so.1: cannot open shared object file: "
+          "No such file or directory")
+
+
+@pytest.mark.parametrize("rc, output, want", [
+    (0, "version: 1 (0c1e570)", True),
+    (1, "error: unknown argument: --version", True),  # it ran: its own parser refused the argument
+    (None, "", True),  # still running at the timeout: past the loader
+    (127, LOADER, False),
+    (127, "", False),
+    (1, "bwrap: execvp /p/bin/x: No such file or directory", False),  # no interpreter: never executed
+])
+def test_what_counts_as_started(rc, output, want):
+    assert fresh.started(rc, output) is want
+
+
+@pytest.mark.parametrize("tried, want", [
+    ([], "--version"),
+    ([("--version", 0, "v1")], None),
+    ([("--version", 1, "unknown argument")], "--help"),
+    ([("--version", None, "")], None),
+    ([("--version", 127, LOADER)], None),  # the loader refused it: another argument changes nothing
+    ([("--version", 1, "x"), ("--help", 1, "y")], None),
+])
+def test_which_argument_next(tried, want):
+    assert fresh.next_arg(tried) == want
+
+
+@pytest.mark.parametrize("rc, output, missing, want", [
+    (0, "all ok", [], True),
+    (1, "cpu FAIL", [], False),
+    (0, "ROCm0: cannot run here (libamdhip64.so.7, libhipblas.so.3 missing; provided by ...)",
+     ["libamdhip64.so.7", "libhipblas.so.3"], True),
+    (0, "ROCm0: cannot run here (libamdhip64.so.7 missing)", ["libamdhip64.so.7", "libhipblas.so.3"], False),
+])
+def test_a_check_did_its_job(rc, output, missing, want):
+    assert fresh.check_ok(rc, output, missing) is want
+
+
+def test_host_sets_of_a_manifest():
+    doc = {"backends": {"cpu": {}, "vulkan": {"host_libraries": [{"soname": "libvulkan.so.1", "set": "vulkan"}]},
+                        "ds4-rocm": {"host_libraries": [{"soname": "libamdhip64.so.7", "set": "rocm7"},
+                                                        {"soname": "libhipblas.so.3", "set": "rocm7"}]},
+                        "zinc": {"host_libraries": [{"soname": "libvulkan.so.1", "set": "vulkan"}]}}}
+    assert fresh.host_sets(doc) == ["vulkan", "rocm7"]
+
+
+def test_channels_summary_line():
+    c = fresh.ChannelsRun(prefixes=[
+        fresh.PrefixRun("cpu", [fresh.Program("bin/a", "--version", 0, True)] * 3, [("1bit check", True)]),
+        fresh.PrefixRun("strix", [fresh.Program("bin/b", "--help", 0, True), fresh.Program("bin/c", "--version", 127)],
+                        [("1bit check without the rocm7 stand-ins", True), ("1bit check", True)])], seconds=75.0)
+    assert not c.ok
+    r = fresh.Result("trixie", channels=c, seconds=200.0)
+    assert fresh.summary(r) == ("trixie     FAILED total 3m20s  channels FAILED 75.0s  no cc/gcc/libgomp1  programs 4/5 "
+                                "started  checks 3/3 ok  (cpu 3/3, strix 1/2)")
+    c.prefixes[1].programs.pop()
+    assert c.ok and fresh.Result("trixie", channels=c).ok
+    c.compiler = ["gcc-12"]
+    assert not c.ok and "compiler present: gcc-12" in fresh.channels_summary(c)
