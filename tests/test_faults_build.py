@@ -352,6 +352,8 @@ import builders
 for m in pkgutil.walk_packages(builders.__path__, "builders."):
     if not m.name.startswith("builders.release"):
         importlib.import_module(m.name)
+from builders import config
+config.load_project(os.getcwd())  # and what loading a project imports when it runs (floor.yaml's policy: auditwheel)
 sites = sorted({os.path.realpath(p) for p in site.getsitepackages() + [sysconfig.get_path("purelib"),
                 sysconfig.get_path("platlib")]}, key=len, reverse=True)
 tops = set()
@@ -389,7 +391,8 @@ def _open_folders(top: Path) -> None:
 
 def _nobody_imports(python: str, pythonpath: str, cwd: Path) -> str | None:
     """None when nobody can run `python` and import the CLI from `pythonpath`; else the last line it printed."""
-    proc = subprocess.run([*AS_NOBODY, python, "-c", "import builders.cli, builders.build"], capture_output=True,
+    proc = subprocess.run([*AS_NOBODY, python, "-c", "import builders.cli, builders.build, builders.floor as f; "
+                                                   "f.policy_data('manylinux_2_34')"], capture_output=True,
                           text=True, cwd=cwd, timeout=120, check=False,
                           env={"PATH": os.defpath, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"})
     return None if proc.returncode == 0 else ((proc.stderr or proc.stdout).strip().splitlines() or ["no message"])[-1]
