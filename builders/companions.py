@@ -284,15 +284,13 @@ def vendor_crates(source: Path, manifest: str, dest: Path, *, offline: bool = Fa
                   root: str | None = None) -> str:
     """`cargo vendor --locked` into dest/vendor, in the sandbox (crates_sandbox); dest/config.toml is the config cargo
     printed, pointing there."""
-    from .swap import ABSENT, mark
+    from .swap import ABSENT, mark, offline_refusal
 
     distrust = crates_untrusted(dest)
     if distrust is None:
         return "cache"
     if offline:
-        state = "not vendored yet" if distrust == ABSENT else f"not trusted ({distrust})"
-        raise FetchError(f"crates for {manifest} are {state} ({dest}) and --offline forbids downloading",
-                         hint="run `1bit-build fetch BUNDLE` once with network")
+        raise offline_refusal(f"crates for {manifest} are", distrust, dest, absent="not vendored yet")
     why = sandbox.why_unavailable()
     if why:
         raise FetchError(f"the crates step of {manifest} runs cargo in a sandbox, and this host cannot make one: {why}")
@@ -358,15 +356,13 @@ def fetch_hf(repo: str, revision: str, files: Mapping[str, str | None], dest: Pa
     if unpinned:
         raise FetchError(f"{repo}: no sha256 pinned for {', '.join(unpinned)}", where=where,
                          hint="pin every file's sha256 in pins.yaml (`1bit-build pins bump` fills them in)")
-    from .swap import ABSENT, mark
+    from .swap import ABSENT, mark, offline_refusal
 
     why = hf_untrusted(dest, files)
     if why is None:
         return "cache"
     if offline:
-        state = "not in the cache" if why == ABSENT else f"not trusted in the cache ({why})"
-        raise FetchError(f"{repo} @ {revision[:12]} is {state} ({dest}) and --offline forbids downloading",
-                         hint="run `1bit-build fetch BUNDLE` once with network")
+        raise offline_refusal(f"{repo} @ {revision[:12]} is", why, dest)
     endpoint = endpoint or hf_endpoint()
     hub = http.Client(endpoint, os.environ.get("HF_TOKEN") or None)
     hub.service = "Hugging Face"

@@ -26,7 +26,7 @@ from . import gitcmd
 from .archives import ArchiveError, check_archive_file, extract_tar
 from .config import MIRRORS_ENV, Mirror, Pin, file_sha256
 from .errors import FetchError
-from .swap import ABSENT, mark, replace_dir, why_untrusted, write_text_atomic
+from .swap import ABSENT, mark, offline_refusal, replace_dir, why_untrusted, write_text_atomic
 
 Log = Callable[[str], None]
 
@@ -572,9 +572,7 @@ def fetch_wheels(requirements: list[str], dest: Path, pythons: list[str], *, off
     if why is None:
         return "cache"
     if offline:
-        state = "not in the cache" if why == ABSENT else f"not trusted in the cache ({why})"
-        raise FetchError(f"wheels for {', '.join(requirements)} are {state} ({dest}) and --offline forbids downloading",
-                         hint="run `1bit-build fetch BUNDLE` once with network")
+        raise offline_refusal(f"wheels for {', '.join(requirements)} are", why, dest)
     tmp = _unique_tmp(dest)
     try:
         for python in sorted(pythons):

@@ -116,6 +116,16 @@ MAX_RECORD = 64 << 20  # bytes of an entry's record file (onebit-root.json lists
 ABSENT = "absent"
 
 
+def offline_refusal(what: str, why: str, dest: Path, *, absent: str = "not in the cache"):
+    """The one refusal of a cache entry that `--offline` cannot make: `<what> <state> (<dest>) and --offline forbids
+    downloading`, the state being `absent` when nothing is there (`why` is ABSENT), else why it is not trusted."""
+    from .errors import FetchError
+
+    state = absent if why == ABSENT else f"not trusted in the cache ({why})"
+    return FetchError(f"{what} {state} ({dest}) and --offline forbids downloading",
+                      hint="run `1bit-build fetch BUNDLE` once with network")
+
+
 def mark(tmp: Path, key: str) -> None:
     """Finish an entry built aside (`tmp`): its marker names `key`. The caller swaps `tmp` into place next."""
     (Path(tmp) / MARKER).write_text(key.strip() + "\n", encoding="utf-8")

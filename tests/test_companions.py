@@ -158,7 +158,7 @@ def test_cargo_vendor_once_then_offline_build(tmp_path, monkeypatch, cargo, git_
     assert proc.returncode == 0, proc.stderr
     (dest / "vendor" / "extra").write_text("x")  # a vendored tree that changed is never reused
     assert not companions.crates_ready(dest)
-    with pytest.raises(FetchError, match="not trusted .the vendored tree does not match the digest its .complete records"):
+    with pytest.raises(FetchError, match="not trusted in the cache .the vendored tree does not match the digest its .complete records"):
         companions.vendor_crates(src, "app/Cargo.toml", dest, offline=True)
 
 

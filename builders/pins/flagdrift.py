@@ -285,18 +285,15 @@ def checkout_trees(root: Path, pin: str, url: str, old: str | None, new: str, re
     pick = None if any(p.needs_tree for p in planned) else is_build_file
     dest.mkdir(parents=True, exist_ok=True)
     with Source(url, where) as src:
-        try:
-            src.checkout(new, dest / "new", pick)
-            info["new"] = True
-        except OnebitError as exc:
-            info["new_error"] = exc.what
-            return info
-        if old and old != new:
+        for side, commit in (("new", new), ("old", old if old != new else None)):
+            if not commit:
+                break
             try:
-                src.checkout(old, dest / "old", pick)
-                info["old"] = True
-            except OnebitError as exc:
-                info["old_error"] = exc.what
+                src.checkout(commit, dest / side, pick)
+                info[side] = True
+            except OnebitError as exc:  # no old tree without the new one
+                info[f"{side}_error"] = exc.what
+                break
     return info
 
 
