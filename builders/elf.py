@@ -32,6 +32,7 @@ class ElfFacts:
     type: str = ""  # e_type: ET_EXEC, ET_DYN (programs, libraries, extension modules), ET_REL (kernel modules)
     machine: str = ""  # e_machine: EM_X86_64 for host code; a GPU code object is EM_AMDGPU
     vermagic: str | None = None  # a kernel module's .modinfo vermagic (the kernel release it loads into)
+    interpreter: bool = False  # a PT_INTERP segment: a dynamic program the loader starts (not a library or module)
     error: str | None = None  # why pyelftools could not read it (the facts above are then empty)
 
 
@@ -57,6 +58,7 @@ def read(path: Path) -> ElfFacts:
             elf = ELFFile(f)
             kind, machine = elf["e_type"], elf["e_machine"]
             vermagic = _modinfo(elf).get("vermagic") if kind == "ET_REL" else None
+            interpreter = any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
             for section in elf.iter_sections():
                 if isinstance(section, DynamicSection):
                     for tag in section.iter_tags():
@@ -73,7 +75,7 @@ def read(path: Path) -> ElfFacts:
     except (ELFError, OSError, ValueError) as exc:
         return ElfFacts(error=str(exc) or type(exc).__name__)
     return ElfFacts(needed=tuple(needed), rpath=tuple(runpath or rpath), version_needs=tuple(versions), type=kind,
-                    machine=machine, vermagic=vermagic)
+                    machine=machine, vermagic=vermagic, interpreter=interpreter)
 
 
 def symbols_needing(path: Path, wanted: set[str]) -> dict[str, str]:

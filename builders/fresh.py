@@ -63,7 +63,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import debs, gitcmd, runner, sandbox, treepath
+from . import debs, elf, gitcmd, runner, sandbox, treepath
 from .errors import OnebitError
 
 INCLUDE = ("python3", "ca-certificates")
@@ -302,10 +302,14 @@ def next_arg(tried: Sequence[tuple[str, int | None, str]]) -> str | None:
     return PROGRAM_ARGS[len(tried)] if len(tried) < len(PROGRAM_ARGS) else None
 
 
-def host_sets(manifest: Mapping) -> list[str]:
-    """Pure: the host sets a prefix's manifest declares (its backends' host_libraries), in order."""
-    return list(dict.fromkeys(h["set"] for b in manifest.get("backends", {}).values()
-                              for h in b.get("host_libraries", ())))
+def host_sets(manifest: Mapping) -> dict[str, tuple[str, ...]]:
+    """Pure: the host sets a prefix's manifest declares (its backends' host_libraries), in order, each with its
+    SONAMEs (each once)."""
+    out: dict[str, dict[str, None]] = {}
+    for b in manifest.get("backends", {}).values():
+        for h in b.get("host_libraries", ()):
+            out.setdefault(h["set"], {})[h["soname"]] = None
+    return {name: tuple(sonames) for name, sonames in out.items()}
 
 
 def check_ok(rc: int, output: str, missing: Sequence[str]) -> bool:
@@ -451,7 +455,7 @@ def _say(msg: str) -> None:
 class Installed:
     bundle: str
     prefix: Path  # on the host, bound at the same path in each root
-    sets: tuple[str, ...]  # the host sets its manifest declares
+    sets: Mapping[str, tuple[str, ...]]  # the host sets its manifest declares, each with its SONAMEs
     seconds: float  # the standard solve and install
 
 
@@ -474,7 +478,7 @@ def install_channels(channels: Sequence[Path], project: Path) -> list[Installed]
             records = install_bundle(channel, prefix, bundle)
             seconds = time.monotonic() - t0
             doc = json.loads((prefix / MANIFEST).read_text())
-            out.append(Installed(bundle, prefix, tuple(host_sets(doc)), seconds))
+            out.append(Installed(bundle, prefix, host_sets(doc), seconds))
             _say(f"{bundle}: {len(records)} package(s) from {os.path.relpath(channel)} solved and installed in {seconds:.1f}s"
                  f" (host sets: {', '.join(out[-1].sets) or 'none'})")
     return out
@@ -482,26 +486,16 @@ def install_channels(channels: Sequence[Path], project: Path) -> list[Installed]
 
 def programs_of(prefix: Path) -> list[str]:
     """The programs of a prefix: each executable ELF file with an interpreter (not a shared library, not a module)
-    under bin/ and libexec/, relative to the prefix, sorted."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
+    under bin/ and libexec/, relative to the prefix, sorted (builders/elf.py reads them)."""
     out = []
     for top in PROGRAM_DIRS:
         for dirpath, _, files in os.walk(prefix / top):
             for name in files:
                 path = Path(dirpath) / name
-                if path.is_symlink() or not os.access(path, os.X_OK):
+                if path.is_symlink() or not os.access(path, os.X_OK) or not elf.is_elf(path):
                     continue
-                try:
-                    with open(path, "rb") as f:
-                        if f.read(4) != b"\x7fELF":
-                            continue
-                        f.seek(0)
-                        if any(seg["p_type"] == "PT_INTERP" for seg in ELFFile(f).iter_segments()):
-                            out.append(path.relative_to(prefix).as_posix())
-                except (ELFError, OSError, ValueError):
-                    continue
+                if elf.read(path).interpreter:
+                    out.append(path.relative_to(prefix).as_posix())
     return sorted(out)
 
 
@@ -546,8 +540,7 @@ def run_channels(suite: str, root: Path, installed: Sequence[Installed], *, stub
                              "no cc, no gcc, no libgomp1 in the root"))
         c.prefixes = [PrefixRun(i.bundle) for i in installed]
         for i, pr in zip(installed, c.prefixes):  # the ROCm prefix first as installed: its check names what lacks
-            missing = [h["soname"] for b in json.loads((i.prefix / MANIFEST).read_text())["backends"].values()
-                       for h in b.get("host_libraries", ()) if h["set"] == STUBBED_SET]
+            missing = i.sets.get(STUBBED_SET, ())
             if missing:
                 pr.checks.append(check(i, f"1bit check without the {STUBBED_SET} stand-ins", env, missing))
         debs_ = sorted({d for i in installed for x in i.sets for d in HOST_SET_DEBS.get(x, ())})

@@ -155,14 +155,21 @@ def read(path: Path) -> tuple[str, list[Symbol]]:
     return soname, out
 
 
+def _compiler(given: str | None, what: str, *, tool: str = "cc") -> str:
+    """The host's C compiler (or another tool of its toolchain, `tool`) that assembles `what`: `given`, else found on
+    PATH; FetchError in one line when there is none."""
+    found = given or shutil.which(tool) or (shutil.which("gcc") if tool == "cc" else None)
+    if found is None:
+        raise FetchError(f"{what} needs a C compiler's {tool}; none is on PATH",
+                         hint="install the C toolchain (gcc, binutils) the compiled recipes need anyway")
+    return found
+
+
 def build(library: Path, out: Path, caps: Mapping[str, str], *, cc: str | None = None) -> Path:
     """Write the stand-in of `library` (capped at `caps`) to `out`, a shared object with the library's SONAME."""
     soname, symbols = read(library)
     symbols = capped(symbols, caps)
-    cc = cc or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise FetchError(f"the link stand-in of {library.name} needs a C compiler; none (cc) is on PATH",
-                         hint="install the C toolchain (gcc) the compiled recipes need anyway")
+    cc = _compiler(cc, f"the link stand-in of {library.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="onebit-linkstub-") as tmp:
         src, script = Path(tmp) / "stub.s", Path(tmp) / "stub.map"
@@ -178,11 +185,7 @@ def build(library: Path, out: Path, caps: Mapping[str, str], *, cc: str | None =
 def archive(source: str, out: Path, *, cc: str | None = None) -> Path:
     """Write `out`, a static archive of one object compiled from the C text `source` with the host's C compiler
     (position-independent, so shared libraries link it too)."""
-    cc = cc or shutil.which("cc") or shutil.which("gcc")
-    ar = shutil.which("ar")
-    if cc is None or ar is None:
-        raise FetchError(f"{out.name} needs a C compiler and ar; {'cc' if cc is None else 'ar'} is not on PATH",
-                         hint="install the C toolchain (gcc, binutils) the compiled recipes need anyway")
+    cc, ar = _compiler(cc, out.name), _compiler(None, out.name, tool="ar")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="onebit-linkstub-") as tmp:
         src, obj = Path(tmp) / f"{out.stem}.c", Path(tmp) / f"{out.stem}.o"
@@ -193,4 +196,3 @@ def archive(source: str, out: Path, *, cc: str | None = None) -> Path:
     if proc.returncode != 0:
         raise FetchError(f"building {out.name} failed: {proc.stderr.strip()[-400:]}")
     return out
-

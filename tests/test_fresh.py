@@ -284,7 +284,8 @@ def test_host_sets_of_a_manifest():
                         "ds4-rocm": {"host_libraries": [{"soname": "libamdhip64.so.7", "set": "rocm7"},
                                                         {"soname": "libhipblas.so.3", "set": "rocm7"}]},
                         "zinc": {"host_libraries": [{"soname": "libvulkan.so.1", "set": "vulkan"}]}}}
-    assert fresh.host_sets(doc) == ["vulkan", "rocm7"]
+    assert list(fresh.host_sets(doc)) == ["vulkan", "rocm7"]
+    assert fresh.host_sets(doc) == {"vulkan": ("libvulkan.so.1",), "rocm7": ("libamdhip64.so.7", "libhipblas.so.3")}
 
 
 def test_channels_summary_line():
