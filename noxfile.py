@@ -31,7 +31,7 @@ DEBIAN_PACKAGES = {
     "make": "make-based recipes (ds4, the xdna module) and their `make -n` drift checks",
     "ccache": "compiler cache for the real builds",
     "util-linux": "unshare, which cuts a build's network",
-    "bubblewrap": "bwrap, the one sandbox (builders/sandbox.py): the pin bot's make -n and builds inside a build root",
+    "bubblewrap": "bwrap, the one sandbox (builders/roots/sandbox.py): the pin bot's make -n and builds inside a build root",
     "pkg-config": "zig's linkSystemLibrary (zinc) and the host-tool checks",
     "libvulkan1": "the Vulkan loader the Vulkan builds run with (their SDK itself is a pinned toolchain input)",
     "mesa-vulkan-drivers": "lavapipe: the CPU Vulkan device of the Vulkan end-to-end tests",
@@ -48,7 +48,7 @@ BUILD_PACKAGES = {
 # What `nox -s fresh` needs from the host: Debian's own root maker, and the sandbox it runs the README's command in.
 FRESH_PACKAGES = {
     "mmdebstrap": "makes each clean Debian root (minbase + python3 + ca-certificates)",
-    "bubblewrap": "bwrap, the one sandbox (builders/sandbox.py): each root as /, the README's command run as root",
+    "bubblewrap": "bwrap, the one sandbox (builders/roots/sandbox.py): each root as /, the README's command run as root",
 }
 
 

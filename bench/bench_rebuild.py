@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builders import config, host  # noqa: E402
+from builders.project import config  # noqa: E402
+from builders.inputs import host  # noqa: E402
 from builders.execute import Executor  # noqa: E402
 from builders.plan import all_tools, make_plan  # noqa: E402
 from builders.plan_types import Layout  # noqa: E402

@@ -11,7 +11,7 @@ from typing import Callable
 
 from rich.console import Console
 
-from .config import Project
+from .project.config import Project
 from .execute import Executor, Report
 from .plan_types import Plan
 from .session import locked, preflight, refuse

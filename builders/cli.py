@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import config, host
+from .project import config
+from .inputs import host
 from .errors import OnebitError
 from .plan import all_tools, make_plan, root_dirs
 from .plan_types import Plan, Step
@@ -157,7 +158,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_install(args) -> int:
-    from .install import install_bundle
+    from .ship.install import install_bundle
 
     installed = install_bundle(Path(args.channel), Path(args.prefix).resolve(), args.bundle,
                                cache_dir=default_cache() / "pkgs")
@@ -166,7 +167,7 @@ def cmd_install(args) -> int:
 
 
 def cmd_patches(args) -> int:
-    from . import fetch, patch
+    from .inputs import fetch, patch
 
     project = config.load_project(args.root)
     lay = layout_for(args, "patches")
@@ -189,7 +190,7 @@ def cmd_patches(args) -> int:
 
 
 def _root_pin(args):
-    from . import roots
+    from .roots import assemble as roots
 
     found, problems = roots.load_roots(Path(args.root) / "roots")
     if problems:
@@ -205,8 +206,8 @@ def cmd_roots(args) -> int:
     `roots assemble NAME`: fetch, verify and assemble it into the cache; `roots show NAME`: what it holds."""
     import time
 
-    from . import roots
-    from .lock import hold
+    from .roots import assemble as roots
+    from .io.lock import hold
 
     pin = _root_pin(args)
     say = lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True)  # noqa: E731

@@ -19,12 +19,12 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import gitcmd, runner, swap
-from .config import Project
+from .io import gitcmd, runner, swap
+from .project.config import Project
 from .errors import BuildError, OnebitError
 from .session import log_to, new_console
 from .plan_types import Command, Plan, Step
-from .stage import KEY_FILE  # noqa: F401  (the key file every output holds; tests read it from here)
+from .ship.stage import KEY_FILE  # noqa: F401  (the key file every output holds; tests read it from here)
 from .steps import STEPS, StepContext
 
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -142,7 +142,7 @@ class Executor:
     def _run_one(self, cmd: Command, log, progress: Progress, task, label: str = "") -> str:
         env = cmd.environ(os.environ)
         argv = list(cmd.argv)
-        if argv[:1] == ["git"]:  # every git call hardened the one way (builders/gitcmd.py), with its deadline
+        if argv[:1] == ["git"]:  # every git call hardened the one way (builders/io/gitcmd.py), with its deadline
             gitcmd.refuse_special_files(argv[1:], cmd.cwd)
             argv, env = gitcmd.bounded_argv(argv[1:]), gitcmd.env(base=env)
         for d in cmd.mkdirs:

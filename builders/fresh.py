@@ -6,7 +6,7 @@ For each distribution (a Debian suite name):
    `.onebit/fresh/<suite>/root`;
 2. the checkout is copied in (git's tracked files and the untracked ones it does not ignore: no `.onebit/`, no
    `.nox/`, no cache, no venv; nothing of the product);
-3. the root's files are given to the sandbox's id range (sandbox.shift_ids), and inside the root (builders/sandbox.py:
+3. the root's files are given to the sandbox's id range (sandbox.shift_ids), and inside the root (builders/roots/sandbox.py:
    the root itself as /, writable, with the host's network) it runs, as uid 0 of the root's own user namespace (root
    there, no one on the host: no device nodes, no modules, no sysctl, no host file but what is bound), the README's
    first command, then `1bit check` and one chat completion from the installed prefix;
@@ -16,7 +16,7 @@ For each distribution (a Debian suite name):
 The channels step (`--channels DIR`, repeatable; `--channels-only` leaves out the checkout and the README's
 command): the channels built OUTSIDE the roots are proven to install and start in them.
 1. Each channel's bundles are installed once, on the host, before any root, with the standard solve
-   (builders/install.py `install_bundle`: py-rattler with only the virtual packages it detects, as pixi does; every
+   (builders/ship/install.py `install_bundle`: py-rattler with only the virtual packages it detects, as pixi does; every
    CONDA_OVERRIDE_* is dropped and named first) into `.onebit/fresh/prefix/<bundle>`. The install runs on the host
    because a minbase root has no solver (py-rattler would have to be fetched into it, and the root would no longer
    be clean), and the solve takes the host's glibc: the packages declare only the floor's `__glibc >=2.34`, below
@@ -63,7 +63,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import debs, elf, gitcmd, runner, sandbox, treepath
+from .roots import debs, sandbox
+from .io import elf, gitcmd, runner, treepath
 from .errors import OnebitError
 
 INCLUDE = ("python3", "ca-certificates")
@@ -377,7 +378,7 @@ def copy_checkout(src: Path, dest: Path, say: Callable[[str], None] | None = Non
     many entries it copied and says in one line which links it skipped.
 
     Links are copied as links, never followed: one that leads inside the checkout (resolved by its text,
-    builders/treepath.py: a relative link, or a chain of them, that stays inside) is copied as written; one that leads
+    builders/io/treepath.py: a relative link, or a chain of them, that stays inside) is copied as written; one that leads
     out (absolute, climbing above the top, into a loop) is skipped. A path under a linked folder (a tracked folder
     replaced by a link) is left to that link: nothing is read or written through it. Every folder on the way is one
     this copy made, and each file is created anew (O_EXCL, O_NOFOLLOW), so no byte lands outside `dest`."""
@@ -460,8 +461,8 @@ class Installed:
 
 
 def install_channels(channels: Sequence[Path], project: Path) -> list[Installed]:
-    """Each channel's bundles installed on the host with the standard solve (builders/install.py), into PREFIXES."""
-    from .install import install_bundle
+    """Each channel's bundles installed on the host with the standard solve (builders/ship/install.py), into PREFIXES."""
+    from .ship.install import install_bundle
 
     dropped = sorted(k for k in os.environ if k.startswith("CONDA_OVERRIDE_"))
     for k in dropped:
@@ -486,7 +487,7 @@ def install_channels(channels: Sequence[Path], project: Path) -> list[Installed]
 
 def programs_of(prefix: Path) -> list[str]:
     """The programs of a prefix: each executable ELF file with an interpreter (not a shared library, not a module)
-    under bin/ and libexec/, relative to the prefix, sorted (builders/elf.py reads them)."""
+    under bin/ and libexec/, relative to the prefix, sorted (builders/io/elf.py reads them)."""
     out = []
     for top in PROGRAM_DIRS:
         for dirpath, _, files in os.walk(prefix / top):

@@ -20,12 +20,12 @@ from functools import partial
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .config import SYSROOT, SYSROOT_CMAKE, Bundle, Project, Tool, Variant
+from .project.config import SYSROOT, SYSROOT_CMAKE, Bundle, Project, Tool, Variant
 from .errors import OnebitError
-from .host import HostFacts, ToolFact, version_ok
+from .inputs.host import HostFacts, ToolFact, version_ok
 from .kinds import KINDS, KindContext, flags
 from .kinds.cmake import SYSROOT_CMAKE_FILE
-from .root import Root, build_root
+from .roots.root import Root, build_root
 from .plan_types import INSTALL_PREFIX, Layout, Plan, Step, digest
 from .steps.build import plan_build
 from .steps.bundle import clobbers, plan_bundle

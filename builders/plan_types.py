@@ -25,7 +25,7 @@ class Command:
     unset: tuple[str, ...] = ()  # removed from the caller's environment (a make build inherits no CFLAGS)
     path: tuple[str, ...] = ()  # folders put before the caller's PATH (toolchain roots' bin/: zig, glslc)
     mkdirs: tuple[str, ...] = ()  # directories the executor makes before running it (a build root's bind sources)
-    inside: "Command | None" = None  # the command as its root runs it: itself without the wrapping (builders/root.py)
+    inside: "Command | None" = None  # the command as its root runs it: itself without the wrapping (builders/roots/root.py)
     clear: bool = False  # env is the whole environment: nothing of the caller's is inherited (a wrapped host command)
     files: tuple[tuple[str, str], ...] = ()  # (path, text) the executor writes (aside, then renamed) before running it
     links: tuple[tuple[str, str], ...] = ()  # (path, target) symlinks the executor makes before running it
@@ -71,7 +71,7 @@ class Command:
 
 # ---- the stage step's payload: typed, so a typo fails when the plan is made, not as a KeyError halfway through a
 # build. Every other step kind's data lives in its module (builders/steps/); this one is here, below both, because the
-# mechanism that takes it whole, builders/stage.py, imports no step ---------------------------------------------------
+# mechanism that takes it whole, builders/ship/stage.py, imports no step ---------------------------------------------------
 @dataclass(frozen=True)
 class RuntimeData:
     """Redistributable runtime libraries a variant ships, unmodified, from a toolchain root (cudart, cuBLAS)."""
@@ -112,9 +112,9 @@ class StageData:
     runtime: tuple[RuntimeData, ...] = ()  # copied into root/lib after relocation, with their license files
     strip: str | None = None  # "debug": the debug sections of every shipped ELF file are stripped
     toolchains: tuple[str, ...] = ()  # the variant's toolchain roots: an RPATH into one is dropped (link-time only)
-    build_root: Any = None  # the Root (builders/root.py) the variant was built in: its tests and probes run there too
-    offload_targets: tuple[str, ...] = ()  # every shipped HIP file carries exactly these GPU targets (builders/offload.py)
-    floor: Any = None  # builders.floor.Floor: what every shipped ELF file meets (floor.yaml); None: no gate
+    build_root: Any = None  # the Root (builders/roots/root.py) the variant was built in: its tests and probes run there too
+    offload_targets: tuple[str, ...] = ()  # every shipped HIP file carries exactly these GPU targets (builders/ship/offload.py)
+    floor: Any = None  # builders.project.floor.Floor: what every shipped ELF file meets (floor.yaml); None: no gate
     host_libraries: tuple[str, ...] = ()  # the floor's host-library sets the variant declares (stage.host_libraries)
 
 

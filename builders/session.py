@@ -43,7 +43,7 @@ def layout_for(args, bundle: str) -> Layout:
     root = Path(args.root).resolve()
     work = Path(args.work).resolve() if args.work else root / ".onebit" / "work" / bundle
     out = Path(args.out).resolve() if args.out else root / ".onebit" / "out" / bundle
-    from .fetch import mirror_dirs
+    from .inputs.fetch import mirror_dirs
 
     dirs = mirror_dirs([Path(d).resolve() for d in getattr(args, "mirror_dir", None) or []], os.environ)
     return Layout(root=root, cache=Path(args.cache).resolve() if args.cache else default_cache(), work=work, out=out,
@@ -92,7 +92,7 @@ def preflight(lay: Layout, *, out: bool = True) -> None:
 
 def locked(lay: Layout, *, out: bool = True):
     """Hold the cache, work (and out) locks: a second run on the same directories says so and waits."""
-    from . import lock
+    from .io import lock
 
     preflight(lay, out=out)
     return lock.hold_all(_dirs(lay, out), say=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))

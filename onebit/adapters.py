@@ -67,7 +67,7 @@ class AdapterError(ValueError):
 # --- llama-server ----------------------------------------------------------------------------------------------------
 # llama.cpp at its pin, common/arg.cpp common_print_available_devices() (`--list-devices`): printf "Available
 # devices:\n", then "  <name>: <description> (<total> MiB, <free> MiB free)\n" for every device that is not the CPU,
-# or "  (none)\n". This is the ONE parser of that listing: builders/stage.py (the recipe tests' device check) uses it.
+# or "  (none)\n". This is the ONE parser of that listing: builders/ship/stage.py (the recipe tests' device check) uses it.
 
 _DEVICES_HEADER = re.compile(r"^Available devices:\s*$", re.MULTILINE)
 _DEVICE_ENTRY = re.compile(r"^\s+([A-Za-z]+[0-9]+):\s", re.MULTILINE)

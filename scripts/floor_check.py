@@ -2,14 +2,14 @@
 
     python scripts/floor_check.py CHANNEL_DIR... [--json]
 
-The stage gate (builders/stage.py, builders/elf.py) reads every ELF file inside the build. This reads what came out
+The stage gate (builders/ship/stage.py, builders/io/elf.py) reads every ELF file inside the build. This reads what came out
 of it instead, with other readers: every .conda and .tar.bz2 package of the channels (each CHANNEL_DIR holds
-<subdir>/repodata.json) is unpacked by the project's one unpacker (builders/archives.py), and every ELF file for this
+<subdir>/repodata.json) is unpacked by the project's one unpacker (builders/io/archives.py), and every ELF file for this
 machine (programs, shared libraries, extension modules; not a kernel module, not a GPU code object) is read with
 auditwheel's own ELF readers (auditwheel.elfutils: its DT_NEEDED list and its symbol-version needs, the ELF
 interpreter's left out as auditwheel leaves them). What is allowed is auditwheel's policy data for floor.yaml's
 policy (manylinux_2_34: the symbol versions of each family it governs, GLIBC_, GLIBCXX_, CXXABI_, GCC_ ..., and its
-library whitelist), read through builders/floor.py as the build does, plus floor.yaml's host libraries: the base and
+library whitelist), read through builders/project/floor.py as the build does, plus floor.yaml's host libraries: the base and
 every host set (which recipe declares which set is the gate's business; here a library any set names is allowed).
 
 A file fails when it needs a symbol version of a governed family the policy does not list, or links (DT_NEEDED) a
@@ -32,7 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from builders import archives, floor  # noqa: E402
+from builders.io import archives  # noqa: E402
+from builders.project import floor  # noqa: E402
 
 PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
 FAMILIES = ("GLIBC", "GLIBCXX", "CXXABI")  # the ones each package's line reports
@@ -134,7 +135,7 @@ def read_elf(path: Path, rel: str) -> Elf | None:
 
 
 def read_package(path: Path, scratch: Path) -> Package:
-    """Unpack one package (builders/archives.py) and read its ELF files."""
+    """Unpack one package (builders/io/archives.py) and read its ELF files."""
     into = Path(tempfile.mkdtemp(dir=scratch))
     try:
         archives.unpack(path, into)

@@ -3,11 +3,14 @@
     python scripts/import_graph.py            # each module's imports of project modules, then loops and climbs
     python scripts/import_graph.py --summary  # counts only
 
-Layers, lowest first: the runtime side `onebit` (never imports builders); the build side's mechanisms (`builders.*`:
-fetch, companions, toolchain, roots, stage, package, bundle, swap ...); the step kinds on top of them
-(`builders.steps.*`); the composition that plans and runs steps (`builders.plan`, `builders.execute`,
-`builders.build`); the bot and the release (`builders.pins.*`, `builders.release.*`), which use the build side; the
-command-line front (`builders.cli`, `builders.__main__`). An import from a lower layer into a higher one "runs back up".
+Layers, lowest first: the runtime side `onebit` (never imports builders); the build side's vocabulary
+(`builders.errors`, `builders.plan_types`); its mechanisms, folder by folder: `builders.io` (processes, files, archives,
+git, HTTP), `builders.project` (the declared inputs, loaded), `builders.roots` (where a command runs), `builders.inputs`
+(sources, toolchain inputs, host facts), `builders.ship` (stage, packages, bundle); the build kinds (`builders.kinds`);
+the step kinds on top of them (`builders.steps`); the composition that plans and runs steps (`builders.plan`,
+`builders.execute`, `builders.build`, `builders.session`); the bot and the release (`builders.pins`, `builders.release`),
+which use the build side; the fronts (`builders.cli`, `builders.fresh`, `builders.__main__`). An import from a lower
+layer into a higher one "runs back up".
 tests/test_layers.py asserts: no loop, no climb.
 """
 from __future__ import annotations
@@ -79,21 +82,27 @@ def graph(root: Path = ROOT) -> dict[str, set[str]]:
     return {m: imports_of(m, p, known) for m, p in mods.items()}
 
 
-COMPOSITION = ("builders.plan", "builders.execute", "builders.build")  # plans and runs the step kinds
+VOCABULARY = ("builders", "builders.errors", "builders.plan_types")  # the words every layer of the build side uses
+FOLDERS = ("io", "project", "roots", "inputs", "ship", "kinds", "steps")  # lowest first; a folder looks only down
+COMPOSITION = ("builders.plan", "builders.execute", "builders.build", "builders.session")  # plans and runs the steps
+FRONTS = ("builders.cli", "builders.fresh", "builders.__main__")
 
 
 def layer(mod: str) -> int:
-    if mod.startswith("onebit"):
+    if mod == "onebit" or mod.startswith("onebit."):
         return 0
-    if mod in ("builders.cli", "builders.__main__"):
-        return 5
-    if mod.startswith(("builders.release", "builders.pins")):
-        return 4
+    if mod in VOCABULARY:
+        return 1
+    parts = mod.split(".")
+    if len(parts) > 1 and parts[1] in FOLDERS:
+        return 2 + FOLDERS.index(parts[1])
     if mod in COMPOSITION:
-        return 3
-    if mod == "builders.steps" or mod.startswith("builders.steps."):
-        return 2
-    return 1
+        return 2 + len(FOLDERS)
+    if len(parts) > 1 and parts[1] in ("pins", "release"):
+        return 3 + len(FOLDERS)
+    if mod in FRONTS:
+        return 4 + len(FOLDERS)
+    return 2 + FOLDERS.index("ship")  # a mechanism outside the folders sits with the highest of them
 
 
 def climbs(g: dict[str, set[str]]) -> list[tuple[str, str]]:

@@ -112,7 +112,7 @@ def build(dest: Path) -> None:
 
 def ensure() -> Path:
     VENV.parent.mkdir(parents=True, exist_ok=True)
-    # the lock file as builders/lock.py opens every lock (that module is not importable yet): never through a link,
+    # the lock file as builders/io/lock.py opens every lock (that module is not importable yet): never through a link,
     # never truncated, a regular file or one line
     path = VENV.parent / "nox-venv.lock"
     try:

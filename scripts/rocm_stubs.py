@@ -37,7 +37,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from builders.swap import aside, replace_dir  # noqa: E402
+from builders.io.swap import aside, replace_dir  # noqa: E402
 
 # The ROCm 7 runtime as Debian's libamdhip64-7, libhipblas3 and librocblas5 bring it (their dependencies librocsolver0,
 # libhsa-runtime64-1 and libroctx64-4 included): what the strix bundle's ROCm programs need, directly or not.

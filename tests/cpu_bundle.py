@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders import config, host
+from builders.project import config
+from builders.inputs import host
 from builders.execute import Executor, Report
-from builders.install import install_bundle
+from builders.ship.install import install_bundle
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout, Plan
 

@@ -114,7 +114,7 @@ def recipes(tc: Path) -> dict[str, dict]:
                                 # an empty wheel set for the running CPython: its imports come from the test's environment
                                 "commands": [["{python}", "-c", "import os, sys; os.makedirs('{build}/wheels/cp%d%d'"
                                               " % sys.version_info[:2], exist_ok=True)"],
-                                             ["{python}", "-m", "builders.serve_install", "{source}", "{prefix}",
+                                             ["{python}", "-m", "builders.ship.serve_install", "{source}", "{prefix}",
                                               "{build}/wheels"]]},
                          stage={"binaries": {"1bit": "bin/1bit"}}, provides={"backend": None, "features": ["serve"]}),
         "hrx": _recipe("hrx", source={"pin": "llama.cpp-1bit-hrx"},
@@ -377,7 +377,7 @@ def shim_versions() -> str:
     return json.dumps(VERSIONS)
 
 
-# The shims' settings, kept by the host root for its build commands (builders/root.py: a build's environment is
+# The shims' settings, kept by the host root for its build commands (builders/roots/root.py: a build's environment is
 # declared, nothing else of the caller's reaches it)
 SHIM_PASS_ENV = {"ONEBIT_PASS_ENV": "ONEBIT_SHIM_LOG ONEBIT_SHIM_ENV ONEBIT_SHIM_VERSIONS ONEBIT_SHIM_COMMIT ONEBIT_SHIM_DEVICES"}
 

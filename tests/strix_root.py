@@ -19,10 +19,10 @@ class Root:
     path: Path
 
     @property
-    def root(self) -> "builders.root.Root":  # noqa: F821
-        """The project's own value for this build root (builders/root.py): what the build, the stage and the offload
+    def root(self) -> "builders.roots.root.Root":  # noqa: F821
+        """The project's own value for this build root (builders/roots/root.py): what the build, the stage and the offload
         check enter it with."""
-        from builders.root import build_root
+        from builders.roots.root import build_root
 
         return build_root(NAME, str(self.path))
 
@@ -51,7 +51,7 @@ def strix_root() -> Root:
     path = os.environ.get(ROOT_ENV)
     if path:
         return Root(Path(path))
-    from builders import roots
+    from builders.roots import assemble as roots
     from builders.session import default_cache
 
     found, problems = roots.load_roots(PROJECT / "roots")
@@ -69,7 +69,8 @@ def build_strix(base: Path, only: set[str], request=None):
     (ONEBIT_GIT_MIRRORS). Returns (plan, layout)."""
     import contextlib
 
-    from builders import config, fetch, host
+    from builders.project import config
+    from builders.inputs import fetch, host
     from builders.build import build
     from builders.plan import all_tools, make_plan, root_dirs
     from builders.plan_types import Layout

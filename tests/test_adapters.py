@@ -178,7 +178,7 @@ ZINC_CHECK_LAVAPIPE = """
 """
 
 
-# --- the ONE `llama-server --list-devices` parser (onebit.adapters.list_devices; builders/stage.py uses it) ----------
+# --- the ONE `llama-server --list-devices` parser (onebit.adapters.list_devices; builders/ship/stage.py uses it) ----------
 # (id, stdout, stderr, devices). stdout as common/arg.cpp common_print_available_devices() prints it at the llama.cpp
 # pin; stderr as ggml logs while loading backends (ggml-cuda.cu ggml_cuda_init, ggml-vulkan.cpp). The CPU row is this
 # machine's CPU build; the lavapipe and H200 lines are the ones recorded in tests/test_layout.py and issue 17.
@@ -204,13 +204,13 @@ LIST_DEVICES = [
 
 @pytest.mark.parametrize("case", LIST_DEVICES, ids=[c[0] for c in LIST_DEVICES])
 def test_the_one_list_devices_parser(case):
-    from builders.stage import parse_list_devices
+    from builders.ship.stage import parse_list_devices
 
     _, stdout, stderr, want = case
     assert list_devices(stdout + stderr) == want
     assert ADAPTERS["llama-server"].parse_devices(stdout, stderr) == want  # `1bit check`'s probe
     assert parse_list_devices(stdout + stderr) == sorted(want)  # the build's recipe-test check, sorted as before
-    # the two parsers this one replaced (onebit/adapters.py and builders/stage.py at 1fb465c) read the same
+    # the two parsers this one replaced (onebit/adapters.py and builders/ship/stage.py at 1fb465c) read the same
     old_adapter = re.compile(r"^\s+([A-Za-z]+[0-9]+):\s", re.MULTILINE)
     old_stage = re.compile(r"^\s*([A-Za-z]+[0-9]+):", re.M)
     assert tuple(dict.fromkeys(old_adapter.findall(stdout + "\n" + stderr))) == want
@@ -218,7 +218,7 @@ def test_the_one_list_devices_parser(case):
 
 
 def test_stage_uses_the_one_parser():
-    import builders.stage as stage
+    import builders.ship.stage as stage
 
     assert stage.list_devices is list_devices and not hasattr(stage, "_DEVICE_LINE")
 
@@ -271,7 +271,8 @@ def real_ds4_server(tmp_path_factory, request) -> str:
         return os.environ["ONEBIT_TEST_DS4_SERVER"]
     from dataclasses import replace
 
-    from builders import config, fetch, host
+    from builders.project import config
+    from builders.inputs import fetch, host
     from builders.execute import Executor
     from builders.plan import make_plan
     from builders.plan_types import Layout

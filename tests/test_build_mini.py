@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from builders import config, host, package
+from builders.project import config
+from builders.inputs import host
+from builders.ship import package
 from builders.errors import BuildError, PatchError, StageError
 from builders.execute import KEY_FILE, Executor
-from builders.install import install_bundle
+from builders.ship.install import install_bundle
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout, digest
 from mini_project import add_twin, git, make_mini

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import pytest
 
-from builders import companions
+from builders.inputs import companions
 from builders.errors import FetchError
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -60,7 +60,7 @@ def upstreams(tmp_path, monkeypatch):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     cache = tmp_path / "cache"
     parent_git = cache / "git" / f"{parent}.git"
-    from builders.fetch import _fetch_into_new_repo
+    from builders.inputs.fetch import _fetch_into_new_repo
     _fetch_into_new_repo(parent_git, str(up / "parent"), parent)
     return {"up": up, "cache": cache, "parent": parent, "xrt": xrt, "nested": nested, "parent_git": parent_git}
 

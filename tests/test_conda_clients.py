@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from builders import config
+from builders.project import config
 from builders.plan import make_plan
 from builders.plan_types import Layout
 from serve_fixtures import free_port, wait_http
@@ -207,7 +207,7 @@ def test_a_completion_on_a_python_other_than_the_builds(pixi_prefix, tmp_path):
 
 def test_launcher_on_an_unsupported_python_says_which_to_run(tmp_path):
     """The launcher itself, on a Python outside its set and with none of the set on PATH: one line naming them."""
-    from builders.serve_install import LAUNCHER
+    from builders.ship.serve_install import LAUNCHER
 
     prefix = tmp_path / "p"
     (prefix / "bin").mkdir(parents=True)
@@ -220,7 +220,7 @@ def test_launcher_on_an_unsupported_python_says_which_to_run(tmp_path):
 
 
 def test_launcher_re_execs_a_supported_python_from_path(tmp_path):
-    from builders.serve_install import LAUNCHER
+    from builders.ship.serve_install import LAUNCHER
 
     prefix = tmp_path / "p"
     (prefix / "bin").mkdir(parents=True)

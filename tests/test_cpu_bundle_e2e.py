@@ -13,9 +13,9 @@ import jsonschema
 import pytest
 import requests
 
-from builders.version import this_week
+from builders.project.version import this_week
 from builders.execute import Executor
-from builders.schemas import schema
+from builders.project.schemas import schema
 from cpu_bundle import plan_cpu
 from serve_fixtures import free_port, wait_http
 from tiny_gguf import write_tiny_gguf
@@ -110,7 +110,8 @@ def test_readme_smoke_script_serves_from_the_bundle(cpu_bundle_prefix):
 
 def test_offline_refetch_from_the_downloaded_sdist(cpu_bundle, tmp_path):
     """A distro rebuild: the sdist is in the download cache, the network is not used, the commit is verified again."""
-    from builders import config, fetch
+    from builders.project import config
+    from builders.inputs import fetch
 
     pin = config.load_project(cpu_bundle.root).pins["llama.cpp"]
     dest = tmp_path / "git" / f"{PINNED}.git"

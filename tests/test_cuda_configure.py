@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from builders import config, host
+from builders.project import config
+from builders.inputs import host
 from builders.execute import Executor
 from builders.kinds.cmake import check_output
 from builders.plan import all_tools, make_plan

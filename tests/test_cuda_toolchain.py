@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builders import config, host, toolchain
+from builders.project import config
+from builders.inputs import host, toolchain
 from builders.errors import StageError
-from builders.install import install_bundle
+from builders.ship.install import install_bundle
 from builders.plan import make_plan
 from builders.plan_types import Layout, RuntimeData
 from mini_project import git

@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from builders import debian_resolve as dr
-from builders.roots import parse_packages
+from builders.roots import debian_resolve as dr
+from builders.roots.assemble import parse_packages
 
 
 def stanza(name: str, version: str = "1.0-1", **fields: str) -> str:

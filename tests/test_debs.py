@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from builders import debs, treepath
-from builders.config import DebInput, file_sha256
+from builders.roots import debs
+from builders.io import treepath
+from builders.project.config import DebInput, file_sha256
 from builders.errors import FetchError
 
 
@@ -251,7 +252,7 @@ def test_one_mirror_loop_tries_every_archive_in_order_and_names_each_failure(tmp
     import lzma
     import socket
 
-    from builders import roots
+    from builders.roots import assemble as roots
 
     root, deb = archive
     index = root / "dists/sid/main/binary-amd64/Packages.xz"

@@ -22,13 +22,14 @@ import yaml
 from mini_project import git, make_mini
 from test_pins_bot import TOKEN, api, release_project  # noqa: F401 - api is a fixture
 
-from builders import archives, lock, patch, swap
-from builders.archives import ArchiveError
+from builders.io import archives, lock, swap
+from builders.inputs import patch
+from builders.io.archives import ArchiveError
 from builders.cli import main
-from builders.config import Mirror, Pin, file_sha256
+from builders.project.config import Mirror, Pin, file_sha256
 from builders.errors import PatchError
-from builders.fetch import NotThePinnedSource, fetch_pin
-from builders.schemas import path_problem
+from builders.inputs.fetch import NotThePinnedSource, fetch_pin
+from builders.project.schemas import path_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = str(Path(sys.executable).parent)
@@ -352,7 +353,7 @@ import builders
 for m in pkgutil.walk_packages(builders.__path__, "builders."):
     if not m.name.startswith("builders.release"):
         importlib.import_module(m.name)
-from builders import config
+from builders.project import config
 config.load_project(os.getcwd())  # and what loading a project imports when it runs (floor.yaml's policy: auditwheel)
 sites = sorted({os.path.realpath(p) for p in site.getsitepackages() + [sysconfig.get_path("purelib"),
                 sysconfig.get_path("platlib")]}, key=len, reverse=True)
@@ -391,7 +392,7 @@ def _open_folders(top: Path) -> None:
 
 def _nobody_imports(python: str, pythonpath: str, cwd: Path) -> str | None:
     """None when nobody can run `python` and import the CLI from `pythonpath`; else the last line it printed."""
-    proc = subprocess.run([*AS_NOBODY, python, "-c", "import builders.cli, builders.build, builders.floor as f; "
+    proc = subprocess.run([*AS_NOBODY, python, "-c", "import builders.cli, builders.build, builders.project.floor as f; "
                                                    "f.policy_data('manylinux_2_34')"], capture_output=True,
                           text=True, cwd=cwd, timeout=120, check=False,
                           env={"PATH": os.defpath, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"})
@@ -569,7 +570,7 @@ def test_replace_dir_swaps_a_symlinked_output_atomically(tmp_path):
 def test_lock_says_who_holds_it(tmp_path):
     d = tmp_path / "out"
     with lock.hold(d, "out"):
-        code = "import sys; from pathlib import Path; from builders import lock\nwith lock.hold(Path(sys.argv[1]), 'out', wait=False): pass"
+        code = "import sys; from pathlib import Path; from builders.io import lock\nwith lock.hold(Path(sys.argv[1]), 'out', wait=False): pass"
         proc = subprocess.run([sys.executable, "-c", code, str(d)],
                               capture_output=True, text=True, env=cli_env(), check=False)
         assert proc.returncode != 0
@@ -619,7 +620,7 @@ def test_a_fetch_error_mentioning_moved_is_not_mistaken_for_a_moved_tag(tmp_path
 
 def test_install_solver_failure_names_the_cause_and_the_channel_contents(tmp_path):
     from builders.errors import OnebitError
-    from builders.install import install_bundle
+    from builders.ship.install import install_bundle
 
     channel = tmp_path / "channel"
     for sub in ("linux-64", "noarch"):
@@ -635,7 +636,7 @@ def test_install_solver_failure_names_the_cause_and_the_channel_contents(tmp_pat
 def test_install_does_not_hide_a_bug_as_a_wrong_bundle_name(tmp_path, monkeypatch):
     import rattler
 
-    from builders.install import install_bundle
+    from builders.ship.install import install_bundle
 
     async def broken(**kw):
         raise ZeroDivisionError("a bug, not a user mistake")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from builders import config, fetch
-from builders.config import Mirror, Pin
+from builders.project import config
+from builders.inputs import fetch
+from builders.project.config import Mirror, Pin
 from builders.errors import FetchError
 from mini_project import git, make_mini
 
@@ -386,7 +387,7 @@ def test_git_runs_nothing_from_the_mirror(mini, partial, tmp_path):
 def test_a_build_from_a_partial_mirror_lists_the_absent_files_beside_its_checkout(mini, partial, tmp_path):
     """The whole flow: the fetch step consults the mirror dir first, the source step checks the pin out sparsely and
     lists what it lacks beside the checkout; a recipe that does not tolerate the absent file is refused."""
-    from builders import host
+    from builders.inputs import host
     from builders.execute import Executor
     from builders.plan import all_tools, make_plan
     from builders.plan_types import Layout

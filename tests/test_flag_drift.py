@@ -13,7 +13,7 @@ from builders.pins import flagdrift, flags, isolate
 from builders.pins.__main__ import main
 from builders.pins.flags import CompileLine, Decl, MakeRun, MakeSide, Row
 from builders.plan_types import Command
-from builders.root import Root
+from builders.roots.root import Root
 from pins_fixtures import FakeAPI, Project, Upstream, git
 
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is part of the build toolchain (apt make)")
@@ -516,7 +516,7 @@ slow:
 
 @needs_make
 def test_make_n_runs_in_its_sandbox_without_network_write_access_or_unbounded_memory(tmp_path, monkeypatch):
-    from builders import sandbox
+    from builders.roots import sandbox
 
     if sandbox.why_unavailable():
         pytest.skip(sandbox.why_unavailable())
@@ -535,7 +535,7 @@ def test_make_n_runs_in_its_sandbox_without_network_write_access_or_unbounded_me
 
 
 def test_without_the_sandbox_make_is_not_run_and_the_bump_is_held(tmp_path, monkeypatch):
-    from builders import sandbox
+    from builders.roots import sandbox
 
     up = Upstream(tmp_path / "up" / "dsx")
     old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from builders import config
+from builders.project import config
 from builders.cli import main
-from builders.config import Bundle
-from builders.host import HostFacts, ToolFact
+from builders.project.config import Bundle
+from builders.inputs.host import HostFacts, ToolFact
 from builders.kinds import flags
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
@@ -167,7 +167,7 @@ def test_plan_json_shows_the_maps_added_to_upstreams_flags(capsys):
     assert make["argv"][make["argv"].index("make"):][:2] == ["make", "-C"] and "CFLAGS" in make["unset"]
     cc = next(a for a in make["argv"] if a.startswith("CC="))
     assert re.match(r"CC=(\S*/ccache )?cc -ffile-prefix-map=", cc), cc
-    maps_part = cc.split(" --sysroot=")[0]  # then the floor's sysroot (builders/sysroot.py)
+    maps_part = cc.split(" --sysroot=")[0]  # then the floor's sysroot (builders/roots/sysroot.py)
     assert maps_part.endswith("=/usr/src/onebit/ds4") and " --sysroot=/c/toolchains/" in cc, cc
     assert "-ffile-prefix-map=/w/strix/build/ds4-cpu=/usr/src/onebit/ds4-build" in cc
     assert not any(k.endswith("FLAGS") for k in make.get("env", {}))

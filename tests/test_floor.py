@@ -1,4 +1,4 @@
-"""The floor (floor.yaml, builders/floor.py) and the stage gate that reads every shipped ELF file (issue 28).
+"""The floor (floor.yaml, builders/project/floor.py) and the stage gate that reads every shipped ELF file (issue 28).
 
 Tables over the pure decisions; floor.yaml checked by `1bit-build validate`; the gate driven through the real build
 of the mini project (tests/mini_project.py) with files compiled here by gcc that exceed the floor: a C++ library
@@ -20,9 +20,10 @@ from conftest import missing_host_tool
 from mini_project import add_twin, git, make_mini
 from test_plan import facts
 
-from builders import config, elf, floor as floors
+from builders.project import config, floor as floors
+from builders.io import elf
 from builders.cli import main
-from builders.elf import ElfFacts
+from builders.io.elf import ElfFacts
 from builders.plan import make_plan
 from builders.plan_types import Layout
 
@@ -157,7 +158,7 @@ def test_a_kernel_module_is_read_for_its_vermagic(tmp_path):
     (tree / "lib" / "modules").mkdir(parents=True)
     for name in ("m", "n"):
         subprocess.run(["gcc", "-c", "-o", tree / "lib" / "modules" / f"{name}.ko", tmp_path / f"{name}.c"], check=True)
-    from builders.stage import floor_problems
+    from builders.ship.stage import floor_problems
 
     assert elf.read(tree / "lib/modules/m.ko").vermagic == "6.14.0-1-amd64 SMP preempt mod_unload modversions"
     problems, modules = floor_problems(tree, FLOOR, ())

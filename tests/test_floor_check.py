@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from builders import archives
+from builders.io import archives
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("floor_check", ROOT / "scripts" / "floor_check.py")

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from builders import archives, debs, fresh
+from builders.io import archives
+from builders.roots import debs
+from builders import fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Fuzz the offload parser (builders/offload.py `split_bundles`, which the stage runs on every shipped .hip_fatbin)
+"""Fuzz the offload parser (builders/ship/offload.py `split_bundles`, which the stage runs on every shipped .hip_fatbin)
 with mutations of real bundles: no exception but MalformedBundle, no hang, bounded memory.
 
 The seeds are real (tests/offload_bundles/): `plain.bundle` is the clang offload bundle hipcc 22 wrote for a one-kernel
@@ -134,7 +134,7 @@ def check_result(section: bytes, parts: list[bytes]) -> str | None:
 
 def fuzz(n: int, seed: int) -> dict:
     """Run n cases; raises AssertionError naming the first input that breaks a rule."""
-    from builders import offload
+    from builders.ship import offload
 
     pool = seeds()
     exact = {section: bundles for section, bundles in pool.values()}
@@ -175,7 +175,7 @@ def _limited() -> None:
 
 
 def test_the_seeds_split_as_they_were_made():
-    from builders import offload
+    from builders.ship import offload
 
     for name, (section, bundles) in seeds().items():
         assert offload.split_bundles(section) == bundles, name

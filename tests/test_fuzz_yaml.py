@@ -179,7 +179,8 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture
 def quick_host(monkeypatch):
     """Host facts probed once per tool: the plan is a pure function of them, so the fuzz spends its time there."""
-    from builders import host, sandbox
+    from builders.inputs import host
+    from builders.roots import sandbox
 
     real = host.detect_tool
     seen: dict = {}

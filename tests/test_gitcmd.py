@@ -1,4 +1,4 @@
-"""builders/gitcmd.py: every git call of the bot and the release runs no hook, filter, fsmonitor or foreign config."""
+"""builders/io/gitcmd.py: every git call of the bot and the release runs no hook, filter, fsmonitor or foreign config."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from builders import gitcmd
+from builders.io import gitcmd
 
 
 @pytest.mark.parametrize("args, file_allowed", [

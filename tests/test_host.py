@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from builders import config
-from builders.config import Tool
-from builders.host import detect_tool, gather, parse_version, version_ok
+from builders.project import config
+from builders.project.config import Tool
+from builders.inputs.host import detect_tool, gather, parse_version, version_ok
 from builders.plan import all_tools, missing_tools
 
 ROOT = Path(__file__).resolve().parent.parent

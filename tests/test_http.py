@@ -1,4 +1,4 @@
-"""The one HTTP mechanism (builders/http.py): what is retried and how long it waits (tables over the policy), and the
+"""The one HTTP mechanism (builders/io/http.py): what is retried and how long it waits (tables over the policy), and the
 Hugging Face downloads of companions.py going through it against a real server on 127.0.0.1."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import ClassVar
 import pytest
 import urllib3
 
-from builders import companions, http
+from builders.inputs import companions
+from builders.io import http
 from builders.errors import FetchError
 
 
@@ -82,7 +83,7 @@ def flaky():
 
 
 def test_hf_companion_downloads_retry_a_busy_server(flaky, tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger="builders.http")
+    caplog.set_level(logging.WARNING, logger="builders.io.http")
     endpoint, h = flaky
     rev = "55cf4c4ebb4ebe31b2550e8bdf3bd21b99753851"
     h.files = {f"/o/r/resolve/{rev}/model.bin": b"w" * 3000}
@@ -151,7 +152,7 @@ def test_pins_status_offline_fails_at_once_without_backoff(tmp_path, monkeypatch
     """)
     monkeypatch.setenv("ONEBIT_GITHUB_API", base.format(port=_free_port()))
     monkeypatch.setenv("COLUMNS", "200")
-    caplog.set_level(logging.WARNING, logger="builders.http")
+    caplog.set_level(logging.WARNING, logger="builders.io.http")
     main(["--root", str(proj.root), "status"])
     out = capsys.readouterr().out
     assert f"error: cannot reach the GitHub API: ConnectionError ({why})" in out

@@ -47,6 +47,25 @@ def test_a_mechanism_importing_a_step_kind_runs_back_up(tmp_path):
                                              ("builders.steps.build", "builders.plan")]
 
 
+def test_a_folder_looks_only_down(tmp_path):
+    """builders/ is read bottom up: io, project, roots, inputs, ship, kinds, steps; then the composition, the bot and
+    the release, the fronts. roots importing a ship module, or io importing the project, runs back up; the other way
+    round does not, and the vocabulary (errors, plan_types) sits under every folder."""
+    pkg = tmp_path / "builders"
+    for d in ("io", "project", "roots", "ship"):
+        (pkg / d).mkdir(parents=True)
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("")
+    (pkg / "io" / "swap.py").write_text("from .. import errors\nfrom ..project import config\n")
+    (pkg / "project" / "config.py").write_text("from ..io import swap\n")
+    (pkg / "roots" / "root.py").write_text("from ..ship import stage\nfrom ..project import config\n")
+    (pkg / "ship" / "stage.py").write_text("from ..roots import root\n")
+    (pkg / "cli.py").write_text("from .ship import stage\n")
+    assert ig.climbs(ig.graph(tmp_path)) == [("builders.io.swap", "builders.project.config"),
+                                             ("builders.roots.root", "builders.ship.stage")]
+
+
 def test_no_import_loop():
     assert ig.loops(ig.graph()) == []
 

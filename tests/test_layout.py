@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builders import config, host
+from builders.project import config
+from builders.inputs import host
 from builders.errors import OnebitError, StageError
 from builders.execute import Executor
-from builders.install import install_bundle
+from builders.ship.install import install_bundle
 from builders.plan import all_tools, build_string, claims, clobbers, make_plan
 from builders.plan_types import Layout
 from mini_project import CMAKELISTS, PATCH, git, make_mini
@@ -309,14 +310,14 @@ def test_a_build_shows_plain_progress_lines_when_not_on_a_terminal(tmp_path, mon
     ("load_backend: loaded CPU backend from /x/libggml-cpu.so\nAvailable devices:\n", []),
 ])
 def test_list_devices_table(output, devices):
-    from builders.stage import parse_list_devices
+    from builders.ship.stage import parse_list_devices
 
     assert parse_list_devices(output) == devices
 
 
 def test_a_recipe_test_that_hangs_is_one_clear_error(tmp_path):
     from builders.plan_types import RecipeTest, StageData
-    from builders.stage import run_recipe_tests
+    from builders.ship.stage import run_recipe_tests
 
     prefix = tmp_path / "opt/onebit"
     (prefix / "bin").mkdir(parents=True)
@@ -348,7 +349,7 @@ def test_a_build_dir_left_by_an_older_builder_is_started_clean(tmp_path):
 
 
 def test_vendored_wheels_name_no_removed_console_script(tmp_path):
-    from builders.serve_install import drop_script_records
+    from builders.ship.serve_install import drop_script_records
 
     info = tmp_path / "idna-3.20.dist-info"
     info.mkdir()

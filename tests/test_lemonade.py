@@ -12,7 +12,8 @@ import pytest
 
 from builders.cli import main
 from builders.errors import OnebitError
-from builders import toolchain, yamlio
+from builders.inputs import toolchain
+from builders.project import yamlio
 from builders.plan_types import RuntimeData
 from builders.release import lemonade
 
@@ -54,7 +55,7 @@ CUDA_RUNTIME = {"nvidia-cuda-runtime": ("13.0.96", ("libcudart.so.13",)),
 
 
 def toolkit_root(root: Path, *, override: bool = False) -> Path:
-    """A toolchain root as builders/toolchain.py leaves one: real shared libraries in lib/, each wheel's license text
+    """A toolchain root as builders/inputs/toolchain.py leaves one: real shared libraries in lib/, each wheel's license text
     in licenses/<package>/ and onebit-toolchain.json naming them (or, for an override toolkit of one's own, only
     EULA.txt, as NVIDIA's installers lay it down)."""
     (root / "lib").mkdir(parents=True)
@@ -149,7 +150,7 @@ def test_cache_dir(env, expected):
 @pytest.mark.parametrize("name, problem", [("../x", True), ("/etc/x", True), ("top/../../x", True), ("top/a/b", False),
                                            ("", True)])
 def test_member_problem(name, problem):
-    # lemonade install refuses what every other unpacking step refuses (builders/archives.py)
+    # lemonade install refuses what every other unpacking step refuses (builders/io/archives.py)
     assert (lemonade.member_problem(name) is not None) == problem
 
 
@@ -227,7 +228,7 @@ def test_an_archive_never_ships_a_redistributable_without_its_license(tmp_path, 
                                           r"\(nvidia-cublas\), which is not there"):
         lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=SETTINGS)
     # and an archive made some other way is caught by the contract check
-    from builders import tarball
+    from builders.io import tarball
     sub = prefix / "libexec/onebit/cuda"
     entries = {rel: tarball.Entry(src=sub / rel) for rel in ("bin/llama-server", "lib/libcublas.so.13",
                                                              toolchain.REDISTRIBUTABLES)}
@@ -302,7 +303,7 @@ def test_two_servers_refused(tmp_path, licenses):
 
 
 def test_contract_problems_on_a_bad_archive(tmp_path):
-    from builders import tarball
+    from builders.io import tarball
     (tmp_path / "s").write_text("x")
     bad = tarball.write(tmp_path / "bad.tar.gz", "top", {"a/llama-server": tarball.Entry(src=tmp_path / "s"),
                                                          "b/llama-server": tarball.Entry(src=tmp_path / "s")}, mtime=0)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import swap, tarball
+from builders.io import swap, tarball
 from builders.cli import main
 from builders.release import lemonade
 
@@ -446,7 +446,7 @@ def test_installs_into_two_caches_sharing_one_config_keep_both_pins(tmp_path, tw
     re-reads the config, so the pin of the other install is kept."""
     import threading
 
-    from builders import lock
+    from builders.io import lock
 
     out, cpu, vulkan = two
     conf = tmp_path / "conf"

@@ -239,9 +239,10 @@ def patch_support_rows() -> dict[str, dict[str, list[str]]]:
 
 def planned_manifests(tmp_path: Path) -> dict:
     """Each bundle of this repository as its plan stages it (every toolchain found): name -> (Manifest, sm_xx)."""
-    from builders import config, manifest as bm
+    from builders.project import config
+    from builders.ship import manifest as bm
     from builders.plan import make_plan
-    from builders import yamlio
+    from builders.project import yamlio
     from builders.release import lemonade
     from onebit.manifest import load_manifest
     from test_plan import LAYOUT, facts
@@ -278,7 +279,7 @@ def test_the_fragment_rows_are_the_forks_support_rows(tmp_path):
 
 
 def config_bundles() -> list[str]:
-    from builders import config
+    from builders.project import config
     return sorted(config.load_project(ROOT).bundles)
 
 

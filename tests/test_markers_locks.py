@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from builders import companions, debs, fetch, roots, swap, toolchain
+from builders.inputs import companions, fetch, toolchain
+from builders.roots import debs, assemble as roots
+from builders.io import swap
 from builders.cli import main
-from builders.config import DebInput, file_sha256
-from builders.root_pins import load_roots
+from builders.project.config import DebInput, file_sha256
+from builders.project.root_pins import load_roots
 from test_debs import _info, make_deb
 
 TOP = Path(__file__).resolve().parent.parent
@@ -234,7 +236,7 @@ def test_a_fifo_or_directory_as_a_lock_is_refused_in_one_line_without_a_hang(tin
 
 def test_the_pid_is_written_without_truncating_through_anything(tmp_path):
     """A lock file that already holds a longer text (an older format, another writer) is left holding only this pid."""
-    from builders import lock
+    from builders.io import lock
 
     target = tmp_path / "dir"
     lock.lock_path(target).write_text("1234567890123456789012345678901234567890\n")

@@ -55,7 +55,7 @@ def test_planted_apt_get_and_dpkg_query_never_run(tmp_path, monkeypatch, noxfile
 
 
 def test_a_planted_lock_link_of_the_nox_bootstrap_is_refused_and_its_victim_untouched(tmp_path):
-    """scripts/nox.py takes its lock as builders/lock.py does (O_NOFOLLOW, a regular file): a link planted as
+    """scripts/nox.py takes its lock as builders/io/lock.py does (O_NOFOLLOW, a regular file): a link planted as
     .onebit/nox-venv.lock never truncates or writes what it points at."""
     import subprocess
     import sys

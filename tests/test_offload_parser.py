@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import offload
+from builders.ship import offload
 
 BUNDLES = Path(__file__).parent / "offload_bundles"
 PLAIN = (BUNDLES / "plain.bundle").read_bytes()
@@ -50,7 +50,7 @@ printf '%s\\n' {' '.join(LISTED)}
 CHILD = """
 import sys
 from pathlib import Path
-from builders import stage
+from builders.ship import stage
 from builders.errors import StageError
 from builders.plan_types import StageData
 
@@ -167,7 +167,7 @@ def test_a_section_packed_with_version_1_headers_is_split_in_one_pass(tmp_path):
     """Each version-1 compressed bundle runs to the next magic: 8 MiB of 20-byte headers are 419,430 bundles, found
     with one forward search per magic (searching the rest of the section again for each took minutes)."""
     v1 = (BUNDLES / "v1.ccob").read_bytes()[:20]
-    code = ("import sys; from builders import offload; s = sys.stdin.buffer.read(); "
+    code = ("import sys; from builders.ship import offload; s = sys.stdin.buffer.read(); "
             "parts = offload.split_bundles(s); print(len(parts), sum(map(len, parts)) == len(s))")
     proc = subprocess.run([sys.executable, "-c", code], input=v1 * ((8 << 20) // 20), capture_output=True,
                           timeout=120)

@@ -307,7 +307,7 @@ def test_edit_refuses_what_it_cannot_do_exactly():
 def test_edits_of_the_real_pins_file_insert_and_replace_cleanly():
     path = Path(__file__).resolve().parent.parent / "pins.yaml"
     text = path.read_text()
-    from builders.yamlio import load_text
+    from builders.project.yamlio import load_text
     pins = load_text(text, path).data["pins"]
     edits = []
     for name, pin in pins.items():

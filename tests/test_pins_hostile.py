@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import sandbox
+from builders.roots import sandbox
 from pins_fixtures import FakeAPI, Project, Upstream
 
 TOKEN = "hostile-test-t0ken-5b1f"

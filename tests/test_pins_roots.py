@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from builders import debs, roots
+from builders.roots import debs, assemble as roots
 from builders.pins import roots as roots_bump
 from builders.pins.__main__ import main
-from builders.root_pins import Change, load_roots
+from builders.project.root_pins import Change, load_roots
 from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, bump_child, evaluate_report, git, hostile_files
 
 TOKEN = "t0ken-for-root-tests"
@@ -92,7 +92,7 @@ def evaluate(proj: Project, out: Path, monkeypatch, *names: str) -> dict:
 
 
 def resolve_in_place(proj: Project, tmp: Path) -> str:
-    """What `roots resolve` (builders.roots.resolve_file, write=True) writes for the committed file now."""
+    """What `roots resolve` (builders.roots.assemble.resolve_file, write=True) writes for the committed file now."""
     copy = tmp / "copy"
     shutil.copytree(proj.root / "roots", copy)
     found, problems = load_roots(copy)
@@ -361,7 +361,7 @@ def test_a_roots_json_that_is_not_a_plain_file_is_refused_in_one_line_without_re
 @pytest.mark.parametrize("name", ["report.json", "drift-results.json"])
 @pytest.mark.parametrize("form", ["dev_zero", "fifo"])
 def test_the_pins_report_files_are_read_back_bounded_too(world, tmp_path, monkeypatch, name, form):
-    """report.json and drift-results.json of the same artifact, through the same reader (builders/readfile.py)."""
+    """report.json and drift-results.json of the same artifact, through the same reader (builders/io/readfile.py)."""
     from builders.pins.report import MAX_FILE
 
     proj, _, api = world

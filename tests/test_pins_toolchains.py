@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import debs, roots
+from builders.roots import debs, assemble as roots
 from builders.errors import OnebitError
 from builders.pins import toolchains as tc
 from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, bump_child, evaluate_report, git, hostile_files
@@ -669,7 +669,7 @@ def test_the_projects_recipes_move_alike_and_still_load(tmp_path, monkeypatch):
 
     import yaml
 
-    from builders import config
+    from builders.project import config
     from builders.pins.bump import Options
 
     copy = tmp_path / "project"

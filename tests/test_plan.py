@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from builders import config
+from builders.project import config
 from builders.cli import main
 from builders.errors import OnebitError
 from builders.errors import OnebitError
-from builders.host import HostFacts, ToolFact
+from builders.inputs.host import HostFacts, ToolFact
 from builders.plan import all_tools, expand, make_plan, missing_tools
 from builders.plan_types import Layout
 
@@ -379,9 +379,9 @@ def test_the_walk_of_a_bundle_name_crosses_four_modules():
     # variant; the host root's network cut), and the floor's (floor: its key, glibc and a backend's host libraries;
     # sysroot: the flags its sysroot gives each compiler)
     # (and the step kinds' planners in steps/, one module per step kind, counted once like the build kinds)
-    assert modules == {"builders/plan", "builders/config", "builders/host", "builders/kinds", "builders/root_pins",
-                       "builders/root", "builders/sandbox", "builders/floor", "builders/sysroot",
-                       "builders/steps"}, sorted(ran)
+    assert modules == {"builders/plan", "builders/project/config", "builders/inputs/host", "builders/kinds",
+                       "builders/project/root_pins", "builders/roots/root", "builders/roots/sandbox",
+                       "builders/project/floor", "builders/roots/sysroot", "builders/steps"}, sorted(ran)
 
 
 def test_a_hint_from_deep_in_a_step_names_the_real_bundle(tmp_path, capsys):
@@ -394,7 +394,7 @@ def test_a_hint_from_deep_in_a_step_names_the_real_bundle(tmp_path, capsys):
 
 
 def test_every_compiled_variant_builds_against_the_floors_sysroot():
-    """The sysroot enters through the variant's Root (builders/root.py) and the build kinds (builders/sysroot.py):
+    """The sysroot enters through the variant's Root (builders/roots/root.py) and the build kinds (builders/roots/sysroot.py):
     a CMake build reads a toolchain file the plan writes, a make build's compiler variables carry the flags, a script
     that runs CMake names the file, zig takes the floor's glibc; a build root links the user's ROCm by SONAME only."""
     plan = make_plan(PROJECT, "strix", facts(), LAYOUT)

@@ -14,7 +14,7 @@ import zstandard
 from mini_project import git, make_mini
 
 from builders.cli import main
-from builders import repro
+from builders.ship import repro
 from builders.release import lemonade
 
 TAG = "v2026.48"

@@ -10,7 +10,7 @@ from github_fake import REPO, TOKEN, Fake
 from pins_fixtures import FakeAPI, Project, Upstream, git
 
 from builders.errors import OnebitError
-from builders.github import GitHub
+from builders.io.github import GitHub
 from builders.pins.__main__ import main as pins_main
 from builders.release import bumps, changes, notes
 from builders.release.bumps import GATE, Check

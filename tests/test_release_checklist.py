@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import manifest as manifests
+from builders.ship import manifest as manifests
 from builders.release import checklist
 from builders.release.checklist import Item, plan_items
 

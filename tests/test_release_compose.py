@@ -15,7 +15,8 @@ import pytest
 from mini_project import git
 from release_fixture import clean_env, make_fixture
 
-from builders import bundle, config, package
+from builders.ship import bundle, package
+from builders.project import config
 from builders.cli import main
 from builders.release import compose
 

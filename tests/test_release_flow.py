@@ -12,7 +12,7 @@ from test_release_changes import commit, git
 
 from builders.errors import OnebitError
 from builders.release import flow, lemonade
-from builders import tarball as tarballs
+from builders.io import tarball as tarballs
 
 TAG = "v2026.48"
 MTIME = 1767225600

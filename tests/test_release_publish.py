@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from github_fake import REPO, TOKEN, Fake, Fault
 
-from builders import http
-from builders.github import GitHub
+from builders.io import http
+from builders.io.github import GitHub
 from builders.release.publish import GitHubReleases, PublishError, publish
 
 __all__ = ["REPO", "TOKEN", "Fake"]  # test_release_build and the workflow replay publish to this fake too
@@ -154,7 +154,7 @@ def test_assets_and_releases_are_listed_across_pages(tmp_path):
 
 
 def test_server_errors_and_resets_are_retried(fake, files, caplog):
-    caplog.set_level(logging.WARNING, logger="builders.http")
+    caplog.set_level(logging.WARNING, logger="builders.io.http")
     fake.faults = [Fault("GET", r"/releases$", "502", times=2), Fault("GET", r"/assets$", "reset"),
                    Fault("PATCH", r"/releases/\d+$", "503")]
     rep = publish(client(fake, backoff_factor=0.01), "v2026.48", files, title="t", notes="n")
@@ -167,7 +167,7 @@ def test_server_errors_and_resets_are_retried(fake, files, caplog):
 
 
 def test_a_secondary_rate_limit_waits_as_asked(fake, files, caplog):
-    caplog.set_level(logging.WARNING, logger="builders.http")
+    caplog.set_level(logging.WARNING, logger="builders.io.http")
     fake.faults = [Fault("POST", r"/releases$", "secondary", wait=1)]  # refused: safe to repeat even a POST
     rep = publish(client(fake), "v2026.48", files, title="t", notes="n")
     assert rep.created and rep.published and len(fake.releases) == 1
@@ -186,7 +186,7 @@ def test_a_rate_limited_upload_is_sent_again_whole(fake, tmp_path):
 
 
 def test_a_used_up_rate_limit_waits_until_the_reset(fake, files, caplog):
-    caplog.set_level(logging.WARNING, logger="builders.http")
+    caplog.set_level(logging.WARNING, logger="builders.io.http")
     fake.faults = [Fault("GET", r"/releases$", "primary", wait=1)]
     rep = publish(client(fake), "v2026.48", files, title="t", notes="n")
     assert rep.published

@@ -32,7 +32,7 @@ from mini_project import git
 from release_fixture import REPO, Fixture, clean_env, make_fixture, shim_versions
 from workflow_replay import Replay, RunnerModel
 
-from builders import tarball
+from builders.io import tarball
 from builders.release import bumps as bump_merge
 from builders.release import changes as release_changes
 from builders.release import notes as release_notes

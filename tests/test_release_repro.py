@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from builders import repro
+from builders.ship import repro
 
 
 @pytest.mark.parametrize("data, leaks", [

@@ -122,7 +122,7 @@ def test_an_override_toolkits_redistributable_is_named_without_version_or_hash(t
 
 def test_what_redistributables_json_names_must_be_in_the_bundle(tmp_path):
     from builders.errors import OnebitError
-    from builders.toolchain import REDISTRIBUTABLES
+    from builders.inputs.toolchain import REDISTRIBUTABLES
 
     prefix = _bundle(tmp_path, "b")
     sub = prefix / "libexec/onebit/cuda"

@@ -15,8 +15,8 @@ from pathlib import Path
 from release_fixture import SHIM_PASS_ENV
 
 
-from builders import config
-from builders.host import HostFacts, ToolFact
+from builders.project import config
+from builders.inputs.host import HostFacts, ToolFact
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
 

@@ -8,7 +8,7 @@ from test_release_build import TAG, clone, mini  # noqa: F401  (the mini fixture
 
 from builders.cli import main
 from builders.release.target import Built, TargetError, decide, resolve
-from builders.toolchain_record import checkout
+from builders.ship.toolchain_record import checkout
 
 A, B, C = "a" * 40, "b" * 40, "c" * 40
 

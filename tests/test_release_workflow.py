@@ -13,8 +13,9 @@ import pytest
 import yaml
 from workflow_replay import classify, load_jobs, substitute
 
-from builders import config, toolchain
-from builders.host import HostFacts, ToolFact
+from builders.project import config
+from builders.inputs import toolchain
+from builders.inputs.host import HostFacts, ToolFact
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
 from builders.release import bumps
@@ -107,7 +108,7 @@ def test_the_cuda_jobs_build_from_the_pinned_wheels_on_a_runner_without_cuda(tmp
     --set cuda.CMAKE_CUDA_ARCHITECTURES=<arch>`; planned as that command plans on a hosted runner (no toolkit, no
     driver), it fetches NVIDIA's wheels the recipe pins, compiles with their nvcc for that one architecture, and links
     VMM's driver API (GGML_CUDA_NO_VMM OFF) against the link stub the toolchain step generates in the same root."""
-    from builders import host
+    from builders.inputs import host
     from builders.session import parse_overrides
 
     wf = yaml.safe_load(WORKFLOW.read_text())
@@ -173,7 +174,7 @@ def test_the_final_job_takes_every_build_jobs_artifact():
 
 
 def test_every_released_bundle_makes_a_valid_manifest(tmp_path):
-    from builders import manifest
+    from builders.ship import manifest
 
     for name in ("cpu", "nvidia", "strix"):
         facts = HostFacts(tools={t.key: ToolFact(t.key, "", False) for t in all_tools(PROJECT, name)})

@@ -1,4 +1,4 @@
-"""Bounded reads of the files another party wrote (issue 27): builders/readfile.py reads only a regular file, never
+"""Bounded reads of the files another party wrote (issue 27): builders/io/readfile.py reads only a regular file, never
 through a link, never more than its cap of bytes actually read (a /proc file says 0 bytes and holds more). Lemonade's
 config.json as a FIFO, a link to /dev/zero or a directory, and its planted locks, through the real `1bit-build lemonade
 install`; the release's --bumps file. (roots.json, toolchains.json, report.json and drift-results.json are driven
@@ -71,7 +71,7 @@ def _large(p: Path) -> None:
     (lambda p: None, "cannot be opened: No such file or directory"),
 ])
 def test_what_the_reader_reads(tmp_path, make, why):
-    from builders import readfile
+    from builders.io import readfile
 
     path = tmp_path / "f"
     make(path)
@@ -85,7 +85,7 @@ def test_what_the_reader_reads(tmp_path, make, why):
 
 def test_the_cap_is_on_the_bytes_read_not_on_a_stat():
     """/proc/self/maps is a regular file whose stat says 0 bytes: a size check before reading would let it through."""
-    from builders import readfile
+    from builders.io import readfile
 
     maps = Path("/proc/self/maps")
     assert maps.stat().st_size == 0

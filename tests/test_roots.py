@@ -14,13 +14,16 @@ import pytest
 import yaml
 from rich.console import Console
 
-from builders import config, debs, host, manifest, roots, sandbox, toolchain_record
+from builders.project import config
+from builders.roots import debs, assemble as roots, sandbox
+from builders.inputs import host
+from builders.ship import manifest, toolchain_record
 from builders.cli import main
 from builders.execute import Executor
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Command, Layout
-from builders.root import PATH_INSIDE, build_root
-from builders.root_pins import ResolvedDeb, diff, describe, render
+from builders.roots.root import PATH_INSIDE, build_root
+from builders.project.root_pins import ResolvedDeb, diff, describe, render
 from mini_project import make_mini
 
 ROOT = Path(__file__).resolve().parent.parent

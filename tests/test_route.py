@@ -371,7 +371,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_bundles_data_matches_the_bundle_and_recipe_files():
     """The serve side's copy of "which bundle holds which backend" is what bundles/*.yaml and recipes/*.yaml build."""
-    from builders.config import load_project
+    from builders.project.config import load_project
 
     project = load_project(REPO)
     assert set(BUNDLES) == set(project.bundles)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from builders import patch
+from builders.inputs import patch
 from builders.errors import PatchError, StageError
 from builders.kinds.cmake import unused_variables
-from builders.manifest import make_manifest
-from builders.stage import kept, new_rpath, origin_rpath, rpath_problems
+from builders.ship.manifest import make_manifest
+from builders.ship.stage import kept, new_rpath, origin_rpath, rpath_problems
 from mini_project import PATCH, git, make_mini
 
 FORBIDDEN = [("the build tree", "/w/build/cpu"), ("$HOME", "/home/dev")]

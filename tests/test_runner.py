@@ -1,4 +1,4 @@
-"""The one process runner (builders/runner.py): real processes, real process groups, read back from /proc.
+"""The one process runner (builders/io/runner.py): real processes, real process groups, read back from /proc.
 
 A build interrupted by Ctrl-C stops what its command started (the command runs in its own session, so the runner
 kills its group); a process past its deadline goes with its whole group and its output so far is kept; one that
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from builders import root as rootmod
-from builders import runner
+from builders.roots import root as rootmod
+from builders.io import runner
 from mini_project import make_mini
 
 ROOT = Path(__file__).resolve().parents[1]

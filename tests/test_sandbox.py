@@ -1,4 +1,4 @@
-"""builders.sandbox: what a sandboxed command can and cannot see (real bwrap)."""
+"""builders.roots.sandbox: what a sandboxed command can and cannot see (real bwrap)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import sandbox
+from builders.roots import sandbox
 
 pytestmark = pytest.mark.skipif(sandbox.why_unavailable() is not None and not os.environ.get("ONEBIT_REQUIRE_TOOLCHAINS"),
                                 reason=f"no sandbox here: {sandbox.why_unavailable()}")

@@ -19,7 +19,10 @@ import pytest
 import yaml
 from rich.console import Console
 
-from builders import companions, config, debs, fresh, host, sandbox
+from builders.inputs import companions, host
+from builders.project import config
+from builders.roots import debs, sandbox
+from builders import fresh
 from builders.cli import main
 from builders.execute import Executor
 from builders.plan import all_tools, make_plan

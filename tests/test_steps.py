@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import host
+from builders.inputs import host
 from builders.kinds import KINDS
 from builders.plan import all_tools, make_plan, root_dirs
 from builders.plan_types import Layout
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_each_planned_step_is_described_by_its_kind_from_its_own_module(tmp_path):
     """Every step of every bundle's plan, on the tests' host facts and on this host's with a fresh cache (where the
     build fetches its pinned toolchains first): its kind is a module of builders/steps/, its data class is that
-    module's (the stage step's lives in plan_types.py, below builders/stage.py which takes it whole), and the words
+    module's (the stage step's lives in plan_types.py, below builders/ship/stage.py which takes it whole), and the words
     the plan prints for it (--verbose, the JSON's `describe`) are its kind's describe(step)."""
     fresh = Layout(root=ROOT, cache=tmp_path / "cache", work=tmp_path / "work", out=tmp_path / "out")
     plans = [make_plan(PROJECT, b, facts(), LAYOUT) for b in sorted(PROJECT.bundles)]

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from strix_root import build_strix, strix_root
 
-from builders import elf
-from builders.install import install_bundle
+from builders.io import elf
+from builders.ship.install import install_bundle
 from onebit.adapters import DS4, Decision
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,7 @@
 packages every Vulkan recipe pins) inside the pinned build root, never the host's glslc.
 
 The plan binds the assembled SDK read-only into the root and gives the build VULKAN_SDK and the prefix path. Then, in
-the root through its Root value (builders/root.py) with exactly those binds: CMake's FindVulkan, run by a llama.cpp tree with GGML_VULKAN
+the root through its Root value (builders/roots/root.py) with exactly those binds: CMake's FindVulkan, run by a llama.cpp tree with GGML_VULKAN
 (ROCmFPX at its upstream base from the mirror: the HRX fork itself is unreachable), takes glslc, the headers and the
 loader from the SDK, and the SDK's glslc (Debian 13's shaderc, through its own loader) compiles a compute shader to
 SPIR-V there."""
@@ -16,7 +16,8 @@ import pytest
 from strix_root import PROJECT, strix_root
 from strix_sources import export_tree
 
-from builders import config, fetch, host, toolchain
+from builders.project import config
+from builders.inputs import fetch, host, toolchain
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
 from builders.session import default_cache

@@ -1,4 +1,4 @@
-"""The offload check (builders/offload.py, called by the stage step): the GPU targets of shipped HIP files, listed by
+"""The offload check (builders/ship/offload.py, called by the stage step): the GPU targets of shipped HIP files, listed by
 the build root's own clang-offload-bundler. Tables for the pure parts; then a real tiny HIP program compiled for
 gfx1151 in the root (two translation units, one with a compressed bundle) is accepted, and one compiled for gfx1100
 is refused in one line."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from strix_root import strix_root
 
-from builders import offload, stage
+from builders.ship import offload, stage
 from builders.errors import StageError
 from builders.plan_types import StageData
 

@@ -17,7 +17,9 @@ import pytest
 from strix_root import strix_root
 from strix_sources import export_tree
 
-from builders import config, fetch, offload, stage
+from builders.project import config
+from builders.inputs import fetch
+from builders.ship import offload, stage
 from builders.session import default_cache
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from strix_root import strix_root
 
-from builders import sandbox
-from builders.companions import cargo_vendor_failure, crates_ready, crates_sandbox, vendor_crates
+from builders.roots import sandbox
+from builders.inputs.companions import cargo_vendor_failure, crates_ready, crates_sandbox, vendor_crates
 from builders.errors import FetchError
 
 # cargo's stderr as it fails (cargo 1.98.1, `cargo vendor --locked`): registry unreachable, a lockfile mismatch

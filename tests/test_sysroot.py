@@ -1,5 +1,5 @@
-"""The portability sysroot: the flags each compiler family takes (tables over builders/sysroot.py), the link stand-ins
-capped at the floor (builders/linkstub.py), and real builds against the pinned Debian 12 packages, read with the
+"""The portability sysroot: the flags each compiler family takes (tables over builders/roots/sysroot.py), the link stand-ins
+capped at the floor (builders/roots/linkstub.py), and real builds against the pinned Debian 12 packages, read with the
 project's ELF reader: what they need stays at or below the floor (GLIBC_2.34, GLIBCXX_3.4.29, CXXABI_1.3.13)."""
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from builders import config, elf, linkstub, sysroot, toolchain
-from builders.host import pinned_root
-from builders.sysroot import HostLibs, Sysroot
+from builders.project import config
+from builders.io import elf
+from builders.roots import linkstub, sysroot
+from builders.inputs import toolchain
+from builders.inputs.host import pinned_root
+from builders.roots.sysroot import HostLibs, Sysroot
 from conftest import missing_host_tool
 
 ROOT = Path(__file__).resolve().parent.parent

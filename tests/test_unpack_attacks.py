@@ -22,7 +22,8 @@ import pytest
 import zstandard
 from test_release_flow import run, world  # noqa: F401  (world is a fixture)
 
-from builders import archives, tarball, toolchain
+from builders.io import archives, tarball
+from builders.inputs import toolchain
 from builders.cli import main
 from builders.errors import FetchError, OnebitError
 from builders.release import lemonade

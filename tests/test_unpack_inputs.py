@@ -10,7 +10,8 @@ import zipfile
 
 import pytest
 
-from builders import archives, fetch, toolchain
+from builders.io import archives
+from builders.inputs import fetch, toolchain
 from builders.errors import FetchError
 
 

@@ -17,12 +17,13 @@ from rich.console import Console
 
 from release_fixture import SHIM_PASS_ENV
 
-from builders import config, sysroot
-from builders.config import Bundle
+from builders.project import config
+from builders.roots import sysroot
+from builders.project.config import Bundle
 from builders.execute import Executor
-from builders.host import HostFacts, ToolFact
+from builders.inputs.host import HostFacts, ToolFact
 from builders.plan import all_tools, make_plan
-from builders.root import host as host_root
+from builders.roots.root import host as host_root
 from builders.plan_types import Layout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,7 +146,7 @@ def test_zinc_and_ds4_commands():
     assert dict(zig.env)["ZIG_GLOBAL_CACHE_DIR"] == "/work/strix/build/zinc/zig-global-cache"
     make = step(plan, "build:ds4-cpu").commands[2].argv
     # upstream's `CFLAGS ?= -O3 ...` stays: the path maps go into CC, and make inherits no flag variables
-    # and the floor's sysroot after the compiler (builders/sysroot.py): what it compiles and links against
+    # and the floor's sysroot after the compiler (builders/roots/sysroot.py): what it compiles and links against
     sr = sysroot.Sysroot("/tc/sysroot")
     assert make == ("make", "-C", "/work/strix/build/ds4-cpu/tree", "-j2", "cpu",
                     "CC=/usr/bin/ccache cc " + maps("/home/u", "/cache", "/work/strix/build/ds4-cpu", "/work/strix/src/ds4@8d576642c39b", "ds4")
@@ -243,7 +244,7 @@ def test_ds4_cuda_through_the_shims(shims, tmp_path):
     plan, calls, prefix = shims(project, "nv", "ds4-cuda", {"Makefile": "all:\n"})
     cuda = f"{tmp_path}/tc/CUDA_HOME"
     build, src = f"{tmp_path}/work/build/ds4-cuda", f"{tmp_path}/work/src/ds4@8d576642c39b"
-    sr = sysroot.Sysroot(f"{tmp_path}/tc/sysroot")  # the floor's sysroot after each compiler (builders/sysroot.py)
+    sr = sysroot.Sysroot(f"{tmp_path}/tc/sysroot")  # the floor's sysroot after each compiler (builders/roots/sysroot.py)
     assert [c["argv"] for c in calls] == [["-C", f"{build}/tree", "-j2", "cuda",
                                            "CC=/usr/bin/ccache cc " + maps("/home/u", f"{tmp_path}/cache", build, src, "ds4")
                                            + " " + " ".join(sysroot.flags("gcc", sr).both),
@@ -262,7 +263,7 @@ def test_ds4_rocm_through_the_shims(shims, tmp_path):
     src = plan.step("build:ds4-rocm").data.source_dir  # ds4-rocm@7a751eb56201-<patches>: patch 0001 is applied
     assert src.startswith(f"{tmp_path}/work/src/ds4-rocm@7a751eb56201-")
     m = maps("/home/u", f"{tmp_path}/cache", f"{tmp_path}/work/build/ds4-rocm", src, "ds4-rocm")
-    sr = sysroot.Sysroot(f"{tmp_path}/tc/sysroot")  # the floor's sysroot after each compiler (builders/sysroot.py)
+    sr = sysroot.Sysroot(f"{tmp_path}/tc/sysroot")  # the floor's sysroot after each compiler (builders/roots/sysroot.py)
     cc, hip = (" ".join(sysroot.flags(f, sr).both) for f in ("gcc", "hipcc"))
     assert [c["argv"] for c in calls] == [["-C", f"{tmp_path}/work/build/ds4-rocm/tree", "-j2", "rocm", f"CC=/usr/bin/ccache cc {m} {cc}",
                                            f"GPU_CC=/usr/bin/ccache {rocm}/bin/hipcc {m} {hip}", "NATIVE_CPU_FLAG=-march=x86-64-v3",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import config
+from builders.project import config
 from builders.cli import main
 from builders.errors import OnebitError, ValidationError
 

@@ -16,9 +16,10 @@ import pytest
 import requests
 from rich.console import Console
 
-from builders import config, host
+from builders.project import config
+from builders.inputs import host
 from builders.build import build
-from builders.install import install_bundle
+from builders.ship.install import install_bundle
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
 from conftest import live_output, missing_host_tool

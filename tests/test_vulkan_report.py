@@ -3,13 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from builders.kinds.vulkan_report import (
-    configure_note,
-    dropped_shader_features,
-    manifest_value,
-    probes,
-    report,
-)
+from builders.kinds.vulkan_report import configure_note, dropped_shader_features, manifest_value, probes, report
 
 # ggml-vulkan's configure at the llama.cpp pin on Debian 12 (glslc 2023.2, Vulkan headers 1.3.239), trimmed
 DEBIAN12 = """\

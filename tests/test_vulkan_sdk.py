@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builders import config, toolchain
-from builders.host import HostFacts, ToolFact, header_version
+from builders.project import config
+from builders.inputs import toolchain
+from builders.inputs.host import HostFacts, ToolFact, header_version
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Command, Layout
 from test_debs import _info, make_deb

@@ -16,7 +16,8 @@ import pytest
 from packaging.version import Version
 from strix_root import PROJECT, build_strix
 
-from builders import roots, sandbox, tarball
+from builders.roots import assemble as roots, sandbox
+from builders.io import tarball
 from builders.session import default_cache
 
 pytestmark = pytest.mark.e2e
@@ -69,7 +70,7 @@ def _conf(text: str) -> dict[str, str]:
 
 def _modver(source: Path, commit: str) -> tuple[str, str]:
     """(PACKAGE_VERSION, MODULE_VERSION) as the recipe derives them from the checkout and its XDNA_DATE."""
-    from builders import config
+    from builders.project import config
 
     date = config.load_project(PROJECT).recipes["xdna"].data["build"]["env"]["XDNA_DATE"]
     (base,) = re.findall(r"^XDNA_DRIVER_VERSION \?= *(\S+)$", (source / "drivers/accel/amdxdna/Makefile").read_text(), re.M)

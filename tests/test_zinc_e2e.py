@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from builders import config, host
+from builders.project import config
+from builders.inputs import host
 from builders.build import build
-from builders.fetch import cached, mirror_dirs, read_record
-from builders.install import install_bundle
+from builders.inputs.fetch import cached, mirror_dirs, read_record
+from builders.ship.install import install_bundle
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
 from conftest import live_output, missing_host_tool

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from builders.config import file_sha256
+from builders.project.config import file_sha256
 
 
 class ReplayError(Exception):

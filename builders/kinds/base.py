@@ -25,7 +25,7 @@ class KindContext:
     extra_env: Mapping[str, str] = field(default_factory=dict)  # the builder's own settings (ccache)
     build_prefix: str = ""  # for kinds that install as they build (script, zig): an install tree inside the build dir
     maps: tuple[tuple[str, str], ...] = ()  # path maps (flags.build_maps): each kind adds them where upstream leaves room
-    # the pinned sysroot the compilers build against (builders/sysroot.py Sysroot; None: a kind that compiles nothing,
+    # the pinned sysroot the compilers build against (builders/roots/sysroot.py Sysroot; None: a kind that compiles nothing,
     # or zig, which takes `glibc` as its target), the libraries a link takes but does not ship (sysroot.HostLibs),
     # with the link names the executor makes for them, and the floor's glibc
     sysroot: Any = None

@@ -12,7 +12,7 @@ options (everything else is an error of the recipe, not a cargo flag):
 """
 from __future__ import annotations
 
-from .. import sysroot
+from ..roots import sysroot
 from ..plan_types import Command
 from . import flags
 from .base import KindDefaults, env_items

@@ -4,7 +4,7 @@ The path maps reach the compilers through CFLAGS/CXXFLAGS/... in the environment
 CMAKE_<LANG>_FLAGS and upstream's CMakeLists add to; a recipe's own CMAKE_<LANG>_FLAGS option gets them appended."""
 from __future__ import annotations
 
-from .. import sysroot
+from ..roots import sysroot
 from ..plan_types import Command
 from . import flags
 from .base import KindDefaults, env_items
@@ -18,7 +18,7 @@ def cmake_value(value: object) -> str:
     return str(value)
 
 
-SYSROOT_CMAKE_FILE = "onebit-sysroot.cmake"  # in the build dir: the sysroot's toolchain file (builders/sysroot.py)
+SYSROOT_CMAKE_FILE = "onebit-sysroot.cmake"  # in the build dir: the sysroot's toolchain file (builders/roots/sysroot.py)
 
 
 def toolchain_files(ctx, options) -> tuple[tuple[str, str], ...]:

@@ -13,7 +13,7 @@ compiler variable, as CMake's compiler launcher does.
 """
 from __future__ import annotations
 
-from .. import sysroot
+from ..roots import sysroot
 from ..plan_types import Command
 from . import flags
 from .base import KindDefaults, env_items
@@ -36,7 +36,7 @@ class MakeKind(KindDefaults):
         variables = flags.make_variables(variables, ctx.maps)
         if ctx.launcher:  # ccache in front of every compiler variable (CC, GPU_CC: hipcc runs under ccache too)
             variables = {k: f"{ctx.launcher} {v}" if flags.compiler_family(k) else v for k, v in variables.items()}
-        if ctx.sysroot is not None:  # the floor's sysroot after each compiler's command (builders/sysroot.py)
+        if ctx.sysroot is not None:  # the floor's sysroot after each compiler's command (builders/roots/sysroot.py)
             variables = sysroot.make_variables(variables, ctx.sysroot, host_libs=ctx.host_libs)
         tree = self.tree(ctx)
         return [

@@ -1,7 +1,7 @@
 """zig build, with -D options, installing straight into the staged prefix."""
 from __future__ import annotations
 
-from .. import sysroot
+from ..roots import sysroot
 from ..plan_types import Command
 from .base import KindDefaults, env_items
 

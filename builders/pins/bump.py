@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .. import yamlio
-from ..config import Pin, Recipe, load_pins
+from ..project import yamlio
+from ..project.config import Pin, Recipe, load_pins
 from ..errors import OnebitError, ValidationError
 from . import decide, flags, gitops, isolate, report
 from .decide import Edit, Move, Proposal, Verdict
@@ -193,7 +193,7 @@ def _companions(ctx: Context, name: str, pin: Pin) -> tuple[list[Edit], list[tup
 
 def _patch_reports(ctx: Context, name: str, pin: Pin, url: str, commit: str) -> tuple[tuple[tuple[str, str], ...], tuple]:
     reports, checklist = [], []
-    from ..patch import drift_report, render_markdown
+    from ..inputs.patch import drift_report, render_markdown
 
     for recipe, main in recipes_for(ctx.root, name):
         cmds = tuple(str(c) for c in recipe.data.get("hardware_checklist") or [])
@@ -581,7 +581,7 @@ class FileMove:
 
 def deliver_files(ctx: Context, opts: Options, moves: Sequence[FileMove]) -> list[Outcome]:
     """Each move: a PR of its own (--open-pr: propose_files), a line (--dry-run), or its files written in place."""
-    from ..swap import write_text_atomic
+    from ..io.swap import write_text_atomic
 
     target = None
     out: list[Outcome] = []

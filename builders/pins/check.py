@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .. import yamlio
+from ..project import yamlio
 from ..errors import OnebitError
 from . import decide, gitops
 from .bump import load

@@ -15,7 +15,7 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from .. import schemas, yamlio
+from ..project import schemas, yamlio
 from ..errors import OnebitError
 from .decide import Edit, apply_edits
 

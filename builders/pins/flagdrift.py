@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..config import Bundle, Project, Recipe, Variant, load_project
+from ..project.config import Bundle, Project, Recipe, Variant, load_project
 from ..errors import OnebitError
-from ..host import HostFacts, gather
+from ..inputs.host import HostFacts, gather
 from ..plan import make_plan
 from ..plan_types import Layout, Step
-from .. import gitcmd, runner
+from ..io import gitcmd, runner
 from . import flags, gitops, readtree
 from .flags import MakeRun, MakeSide, Row, VariantReport
 
@@ -140,7 +140,7 @@ class MakeLimits:
 def run_make(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], paths: Mapping[str, str],
              timeout: float = MAKE_TIMEOUT, memory: int = MAKE_MEMORY) -> MakeRun:
     """One `make -n` in a clean environment (PATH, HOME, LC_ALL=C and `env`), bounded in address space, its process
-    group killed on timeout (builders/runner.py). Only ever called inside the drift check's sandbox
+    group killed on timeout (builders/io/runner.py). Only ever called inside the drift check's sandbox
     (builders/pins/isolate.py)."""
     full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"), "LC_ALL": "C", **env}
     try:

@@ -332,7 +332,7 @@ def _defines(args: Sequence[str]) -> tuple[tuple[str, str], ...]:
 
 def unwrapped(commands: Sequence) -> list:
     """Each command as its root runs it (`inside`: without the host's network cut or a build root's bwrap;
-    builders/root.py)."""
+    builders/roots/root.py)."""
     return [getattr(c, "inside", None) or c for c in commands]
 
 

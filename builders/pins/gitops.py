@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .. import gitcmd
+from ..io import gitcmd
 from ..errors import OnebitError
 from . import secrets
 
@@ -26,7 +26,7 @@ BOT_EMAIL = "pins-bot@1bit.invalid"
 
 def _identity(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The bot's identity unless the caller set one, and `extra`: what git gets on top of the hardened environment
-    (builders/gitcmd.py)."""
+    (builders/io/gitcmd.py)."""
     ident = {"GIT_AUTHOR_NAME": os.environ.get("GIT_AUTHOR_NAME", BOT_NAME),
              "GIT_AUTHOR_EMAIL": os.environ.get("GIT_AUTHOR_EMAIL", BOT_EMAIL)}
     ident["GIT_COMMITTER_NAME"] = os.environ.get("GIT_COMMITTER_NAME", ident["GIT_AUTHOR_NAME"])
@@ -59,7 +59,7 @@ def auth_env(url: str, token: str | None) -> dict[str, str]:
 def git(args: Sequence[str], *, cwd: Path | str | None = None, check: bool = True, input: str | None = None,
         what: str = "", where: str | None = None, hint: str | None = None, timeout: float | None = None,
         env: dict[str, str] | None = None, allow_file: bool | None = None) -> subprocess.CompletedProcess:
-    """Run git (builders/gitcmd.py: hardened, with a deadline, `timeout` or gitcmd's); on failure raise an
+    """Run git (builders/io/gitcmd.py: hardened, with a deadline, `timeout` or gitcmd's); on failure raise an
     OnebitError that names the command's purpose and git's own message."""
     try:
         proc = gitcmd.run(args, cwd=cwd, input=input, timeout=timeout, extra_env=_identity(env), allow_file=allow_file)

@@ -1,4 +1,4 @@
-"""The pin bot's calls on the shared clients: GitHub (builders/github.py) and the Hugging Face Hub (builders/http.py).
+"""The pin bot's calls on the shared clients: GitHub (builders/io/github.py) and the Hugging Face Hub (builders/io/http.py).
 
 Retries, rate limits, pagination and error messages are the shared client's; this module adds the bot's own calls,
 the bot token (ONEBIT_BOT_TOKEN, else GITHUB_TOKEN), and keeps the token out of what it sends and reports (secrets.py).
@@ -14,7 +14,7 @@ import os
 from typing import Any
 from urllib.parse import quote
 
-from .. import github, http
+from ..io import github, http
 from ..errors import OnebitError
 from . import secrets
 

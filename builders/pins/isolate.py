@@ -1,7 +1,7 @@
 """isolate: the pin bot split the way Dependabot splits its updater from its credentials (docs/security.md).
 
 `pins bump` (which may hold the token) never fetches, checks out, patches, parses or runs upstream content. It starts
-two parts, each as `python -m builders.pins ...` in builders/sandbox.py (own user, PID, mount namespaces and /proc,
+two parts, each as `python -m builders.pins ...` in builders/roots/sandbox.py (own user, PID, mount namespaces and /proc,
 so the token holder's /proc/<pid>/environ is out of reach; a cleared environment; private HOME and /tmp):
 
 1. `evaluate` (network on): resolves every pin, checks ancestry, rebases or merges forks (into a git bundle, never
@@ -27,7 +27,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import runner, sandbox
+from ..io import runner
+from ..roots import sandbox
 from ..errors import OnebitError
 from . import flagdrift, flags, report
 from .flags import Row, VariantReport

@@ -8,7 +8,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from ..treepath import resolve
+from ..io.treepath import resolve
 
 MAX_FILE = 8 << 20  # bytes of one build file
 MAX_TREE = 64 << 20  # bytes of all the build files read from one checkout

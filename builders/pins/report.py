@@ -92,7 +92,7 @@ def write_file(work: Path, name: str, data: Any) -> Path:
     """The one writer of the bot's report files (report.json, drift-results.json, drift.json, roots.json,
     toolchains.json): `work/name` as `dumps` writes it, aside and swapped into place (swap.write_text_atomic). Read
     back by `load_file`."""
-    from ..swap import write_text_atomic
+    from ..io.swap import write_text_atomic
 
     out = Path(work) / name
     write_text_atomic(out, dumps(data))
@@ -100,9 +100,9 @@ def write_file(work: Path, name: str, data: Any) -> Path:
 
 
 def load_file(work: Path, name: str, max_bytes: int) -> Any:
-    """A report file of a downloaded artifact (`work/name`), as parsed JSON: read by builders/readfile.py (a regular
+    """A report file of a downloaded artifact (`work/name`), as parsed JSON: read by builders/io/readfile.py (a regular
     file only, never through a link, at most `max_bytes` bytes actually read), anything else refused in one line."""
-    from ..readfile import UnreadableFile, read_bytes
+    from ..io.readfile import UnreadableFile, read_bytes
 
     path = Path(work) / name
     try:

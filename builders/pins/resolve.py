@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..config import Pin
+from ..project.config import Pin
 from ..errors import OnebitError
 from . import gitops
 from .decide import pair_commit, repo_slug

@@ -1,6 +1,6 @@
 """The pin bot's part for build roots: roots/<name>.yaml moves like any pin (newest in its suites).
 
-Each root is resolved again against its suites' Packages indexes now (builders.roots.resolve_file); what changed is
+Each root is resolved again against its suites' Packages indexes now (builders.roots.assemble.resolve_file); what changed is
 the drift report (package by package: added, removed, another version or suite). A root is held, like a pin that
 would move backwards, when a package would go to an older version (experimental dropped an upload, a suite rolled
 back): the file stays as it is unless --allow-rollback with a --reason. A root that no longer resolves (a requested
@@ -28,7 +28,7 @@ from pathlib import Path
 from debian.debian_support import Version
 
 from ..errors import OnebitError
-from ..root_pins import Change, RootPin, describe, diff, load_roots, moved_text
+from ..project.root_pins import Change, RootPin, describe, diff, load_roots, moved_text
 from . import decide, report
 from .bump import Options, Outcome
 
@@ -141,7 +141,7 @@ def commit_message(name: str, changes: Sequence[Change], snapshot: str | None, r
 def _resolver(resolve: Callable | None) -> Callable:
     if resolve is not None:
         return resolve
-    from .. import roots
+    from ..roots import assemble as roots
 
     return roots.resolve_file
 
@@ -149,7 +149,7 @@ def _resolver(resolve: Callable | None) -> Callable:
 def evaluate_root(pin: RootPin, opts: Options, *, resolve: Callable | None = None, stamp: str | None = None,
                   log: Callable[[str], None] = lambda m: None) -> dict:
     """One root resolved now, nothing written: its roots.json entry (the new file's text when it moves)."""
-    from ..roots import snapshot_stamp
+    from ..roots.assemble import snapshot_stamp
 
     text = pin.path.read_text(encoding="utf-8")
     entry = {"name": pin.name, "state": "current", "detail": "", "base_sha256": digest(text), "text": None}
@@ -242,7 +242,7 @@ class RootMove:
 
 
 def parse_root_text(name: str, text: str, where: str) -> RootPin:
-    """`text` read as roots/<name>.yaml by the project's loader (builders.root_pins.load_roots: YAML, the schema, the
+    """`text` read as roots/<name>.yaml by the project's loader (builders.project.root_pins.load_roots: YAML, the schema, the
     name matching the file, the package requests); its first problem as a ReportError naming `where`."""
     with tempfile.TemporaryDirectory(prefix="onebit-root-check-") as tmp:
         f = Path(tmp) / f"{name}.yaml"

@@ -375,11 +375,11 @@ def json_base(index: str) -> str:
 
 def pypi_base(env: Mapping[str, str] | None = None) -> str:
     """The package index whose JSON API is asked (`<base>/pypi/<name>/json`): the index of the pip that downloads the
-    wheels (builders/fetch.py runs `python -m pip`): $PIP_INDEX_URL, else pip's configured index-url, else pip's
+    wheels (builders/inputs/fetch.py runs `python -m pip`): $PIP_INDEX_URL, else pip's configured index-url, else pip's
     default; its `/simple` dropped."""
     import sys
 
-    from .. import runner
+    from ..io import runner
 
     env = os.environ if env is None else env
     url = (env.get("PIP_INDEX_URL") or "").strip()
@@ -397,7 +397,7 @@ def pypi_base(env: Mapping[str, str] | None = None) -> str:
 
 def read_releases(package: str, *, base: str | None = None, session=None) -> dict:
     """`releases` of the index's JSON for `package` (version -> files)."""
-    from ..http import make_session
+    from ..io.http import make_session
 
     url = f"{(base or pypi_base()).rstrip('/')}/pypi/{package}/json"
     try:
@@ -419,7 +419,7 @@ def read_releases(package: str, *, base: str | None = None, session=None) -> dic
 
 def deb_suites(root: Path) -> list[str]:
     """The suites pinned packages are looked for in: bookworm, trixie, then the build roots' (roots/*.yaml) suites."""
-    from ..root_pins import load_roots
+    from ..project.root_pins import load_roots
 
     out = list(DEB_SUITES)
     found, _ = load_roots(Path(root) / "roots") if (Path(root) / "roots").is_dir() else ({}, [])
@@ -447,7 +447,7 @@ class World:
 
     def session(self):
         if self._session is None:
-            from ..http import make_session
+            from ..io.http import make_session
 
             self._session = make_session()
         return self._session
@@ -462,8 +462,8 @@ class World:
 
     def deb_indexes(self) -> list[tuple[str, list[Deb]]]:
         if self._debs is None:
-            from .. import debs
-            from ..roots import parse_packages, read_index
+            from ..roots import debs
+            from ..roots.assemble import parse_packages, read_index
 
             archives = debs.mirrors() if self.archives is None else list(self.archives)
             self._debs = [(s, index_debs(parse_packages(read_index(s, "main", archives, session=self.session(),
@@ -539,7 +539,7 @@ def entry_outcome(e: dict) -> Outcome:
 
 def bump_inputs(root: Path, opts: Options, *, names_given: bool, log: Log = _noop, world: World | None = None) -> list[Outcome]:
     """A local run: every selected input evaluated and, unless --dry-run or held, every carrying recipe edited in place."""
-    from ..swap import write_text_atomic
+    from ..io.swap import write_text_atomic
 
     out = []
     for e in each_input(root, opts, names_given=names_given, log=log, world=world):

@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import OnebitError
-from ..github import GitHub
+from ..io.github import GitHub
 from ..pins import gitops, secrets
 from ..pins.bump import recipes_for
 from ..pins.decide import repo_slug
-from ..swap import write_text_atomic
+from ..io.swap import write_text_atomic
 from .changes import BumpResult, pins_at
 
 BRANCH = re.compile(r"^bump/(?P<pin>.+)-(?P<sha>[0-9a-f]{12})$")
@@ -325,7 +325,7 @@ MAX_BUMPS = 16 << 20  # bytes of a --bumps file
 
 def load(path: Path | str) -> list[BumpResult]:
     """The `--bumps` file: [{branch, failed_step, log, held_for}] (what `merge --json` writes)."""
-    from ..readfile import UnreadableFile, read_json
+    from ..io.readfile import UnreadableFile, read_json
 
     path = Path(path)
     try:

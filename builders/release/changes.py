@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from ..config import file_sha256
-from .. import gitcmd
+from ..project.config import file_sha256
+from ..io import gitcmd
 from ..errors import OnebitError
 
 LOG_TAIL = 20

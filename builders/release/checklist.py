@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import runner
+from ..io import runner
 
 MODEL_ENV = "ONEBIT_CHECK_MODEL"
 TIMEOUT = 600  # seconds for one command
@@ -280,8 +280,8 @@ def wants_check(manifest: Mapping) -> bool:
 
 def recipe_tools(root: Path, recipes: Sequence[str]) -> dict[str, str]:
     """tool -> its path on this runner, for the recipes' toolchains (a tool the runner lacks is left out)."""
-    from ..config import load_project
-    from ..host import detect_tool
+    from ..project.config import load_project
+    from ..inputs.host import detect_tool
 
     project = load_project(root)
     out: dict[str, str] = {}

@@ -36,7 +36,7 @@ def build_part(args, project, name: str, *, version: str, build_number: int, onl
     fetched first where the plan needs them, every toolchain present or nothing done, the directories locked.
     Returns the out dir, where the build also leaves toolchain.json (what it knew)."""
     from ..build import build
-    from ..host import gather
+    from ..inputs.host import gather
     from ..plan import all_tools, make_plan, root_dirs
     from ..session import layout_for
 
@@ -77,8 +77,8 @@ def composed_bundles(project, cfg, names, parts, *, version: str, build_number: 
 def cmd_release(args) -> int:
     import tempfile
 
-    from .. import config
-    from ..package import source_date
+    from ..project import config
+    from ..ship.package import source_date
     from . import bumps as bump_merge
     from . import compose, flow
     from . import tag as tags
@@ -138,7 +138,7 @@ def cmd_release(args) -> int:
 
 def cmd_release_tag(args) -> int:
     """Decide the release's tag once (CI's first job); every later job takes it from here."""
-    from .. import config
+    from ..project import config
     from . import flow
     from . import tag as tags
     from .publish import GitHubReleases
@@ -168,10 +168,10 @@ def cmd_release_part(args) -> int:
     import json
     import tempfile
 
-    from .. import config
-    from ..install import install_bundle
+    from ..project import config
+    from ..ship.install import install_bundle
     from ..session import parse_overrides
-    from ..swap import write_text_atomic
+    from ..io.swap import write_text_atomic
     from . import checklist, compose
     from . import tag as tags
 

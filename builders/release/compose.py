@@ -6,7 +6,7 @@ gate.json. For each bundle of the release, the packages it needs are named by pl
 version and build number on this checkout: those exact files must be among the parts. A part built in another week,
 at another build number, from another pin commit or from another revision of a recipe names other files (or other
 manifest entries) and is refused with what differs. The metapackage, the manifest and the installed tree are then
-written by the same code the build uses (builders/bundle.py), so the assembled bundle is the one a single machine
+written by the same code the build uses (builders/ship/bundle.py), so the assembled bundle is the one a single machine
 would have built.
 
 A variant that release.yaml fans out (`fan_out: {cuda: CMAKE_CUDA_ARCHITECTURES}`: one job per CUDA architecture)
@@ -22,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import bundle as bundles
-from .. import manifest, toolchain_record
-from ..config import Project, file_sha256
+from ..ship import bundle as bundles
+from ..ship import manifest, toolchain_record
+from ..project.config import Project, file_sha256
 from ..errors import OnebitError
-from ..host import HostFacts, ToolFact
+from ..inputs.host import HostFacts, ToolFact
 from ..plan import all_tools, clobbers, make_plan
 from ..plan_types import Layout, Plan
 

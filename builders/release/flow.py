@@ -22,12 +22,13 @@ from pathlib import Path
 
 import yaml
 
-from .. import gitcmd
+from ..io import gitcmd
 from ..errors import OnebitError
 from . import changes, lemonade, notes, sbom
 from . import tag as tags
-from .. import package, tarball
-from ..swap import replace_dir
+from ..ship import package
+from ..io import tarball
+from ..io.swap import replace_dir
 
 LICENSE_NAMES = ("LICENSE", "LICENSE.md", "LICENSE.txt", "COPYING", "LICENSE-MIT")
 PLATFORM = "linux-x86_64"
@@ -43,7 +44,7 @@ class ReleaseConfig:
 def load_config(root: Path, env: Mapping[str, str] | None = None) -> ReleaseConfig:
     """release.yaml at the project root (repo: owner/name; lemonade: see lemonade.settings; fan_out: variant ->
     option); $ONEBIT_RELEASE_REPO wins."""
-    from .. import yamlio
+    from ..project import yamlio
 
     env = os.environ if env is None else env
     path = root / "release.yaml"

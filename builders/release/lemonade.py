@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .. import archives, lock, readfile, swap, tarball
-from ..archives import member_problem
-from ..config import file_sha256 as sha256
+from ..io import archives, lock, readfile, swap, tarball
+from ..io.archives import member_problem
+from ..project.config import file_sha256 as sha256
 from ..errors import OnebitError
-from ..toolchain import REDISTRIBUTABLES
+from ..inputs.toolchain import REDISTRIBUTABLES
 from onebit.manifest import Backend, Manifest, default_adapter
 from onebit.route import DEVICE_FLAG, _backend_for, capabilities
 
@@ -242,7 +242,7 @@ def archive_files(prefix: Path, root: str, licenses: Mapping[str, Path]) -> dict
     missing = redistributable_problems(files.get(REDISTRIBUTABLES), lambda rel: rel in files)
     if missing:
         raise OnebitError(f"{base}: {missing[0]}", hint="the variant ships a toolchain's files only with their license: "
-                                                         "build it again (builders/toolchain.py ship)")
+                                                         "build it again (builders/inputs/toolchain.py ship)")
     return files
 
 
@@ -256,7 +256,7 @@ def redistributable_problems(doc: Path | bytes | None, has: Callable[[str], bool
         entries = data["redistributables"]
         named = [(e["package"], rel) for e in entries for rel in [*e["files"], *e["license_files"]]]
     except (ValueError, KeyError, TypeError):
-        return [f"{REDISTRIBUTABLES} is not what builders/toolchain.py writes"]
+        return [f"{REDISTRIBUTABLES} is not what builders/inputs/toolchain.py writes"]
     return [f"{REDISTRIBUTABLES} names {rel} ({package}), which is not there" for package, rel in named if not has(rel)]
 
 
@@ -490,7 +490,7 @@ def check(archive: Path, *, recipe: str | None = None, backend: str | None = Non
 
 
 def _unpack(c: Checked, into: Path) -> None:
-    """Unpack a checked archive into `into` with the project's one unpacker (builders/archives.py: no links, `strip`
+    """Unpack a checked archive into `into` with the project's one unpacker (builders/io/archives.py: no links, `strip`
     folders stripped, at most the members and bytes the check counted), reading it once more through a hash: a file
     changed since it was checked (other bytes, more bytes) is refused before anything is swapped in."""
     changed = OnebitError(f"{c.archive.name}: changed while it was being installed; nothing was installed")
@@ -616,7 +616,7 @@ MAX_CONFIG = 16 << 20  # bytes of Lemonade's config.json (a few KiB in practice)
 
 
 def _read_config(config: Path, pins: Mapping[tuple[str, str], str]) -> tuple[Path, str]:
-    """config.json's path and its text with the pins set; read by builders/readfile.py (a regular file of at most
+    """config.json's path and its text with the pins set; read by builders/io/readfile.py (a regular file of at most
     MAX_CONFIG bytes: a FIFO, a device or a directory there is refused in one line, never waited on)."""
     path = config_file(config)
     try:

@@ -44,7 +44,7 @@ def cmd_install(args) -> int:
 
 
 def cmd_fragment(args) -> int:
-    from .. import yamlio
+    from ..project import yamlio
     from . import lemonade
 
     if args.repo:
@@ -63,7 +63,7 @@ def cmd_fragment(args) -> int:
         raise OnebitError(f"the archives carry {len(tags)} tags ({', '.join(sorted(tags))}); a fragment is for one release")
     text = json.dumps(lemonade.fragment(settings, tags.pop(), archives), indent=2) + "\n"
     if args.out:
-        from ..swap import write_text_atomic
+        from ..io.swap import write_text_atomic
 
         write_text_atomic(Path(args.out), text)
         _say(f"wrote {args.out}")

@@ -7,7 +7,7 @@
 - only when every asset is there exactly once, uploaded, with the local bytes, is the draft published, so an
   interrupted run (a kill, a lost connection) is finished by running the same command again.
 
-The HTTP is the shared GitHub client (builders/github.py): 5xx answers to idempotent calls, rate limits and broken
+The HTTP is the shared GitHub client (builders/io/github.py): 5xx answers to idempotent calls, rate limits and broken
 connections are retried there. A POST (create, upload) is never repeated blindly; when one fails for a passing reason,
 publish() starts over from the listing, which is exactly what a re-run does, at most `attempts` times.
 The API base is $ONEBIT_GITHUB_API (tests point it at 127.0.0.1), the token $GITHUB_TOKEN.
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .. import http
-from ..config import file_sha256 as _sha256
+from ..io import http
+from ..project.config import file_sha256 as _sha256
 from ..errors import OnebitError
-from ..github import GitHub
+from ..io.github import GitHub
 
 log = logging.getLogger("builders.release.publish")
 

@@ -32,7 +32,7 @@ from packageurl import PackageURL
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from ..errors import OnebitError
-from ..toolchain import REDISTRIBUTABLES
+from ..inputs.toolchain import REDISTRIBUTABLES
 from .changes import file_sha256
 
 SUBTREES = "libexec/onebit/*"  # a bundle's per-backend subtrees, each with its own redistributables.json

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 
 from ..errors import OnebitError
-from ..version import week_version
+from ..project.version import week_version
 
 TAG_RE = re.compile(r"^v(?P<year>\d{4})\.(?P<week>\d{2})(?:\.(?P<respin>[1-9]\d*))?$")
 

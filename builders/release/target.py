@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import gitcmd
+from ..io import gitcmd
 from ..errors import OnebitError
-from ..toolchain_record import FILE as RECORD, checkout
+from ..ship.toolchain_record import FILE as RECORD, checkout
 
 SHA = re.compile(r"[0-9a-f]{40}")
 

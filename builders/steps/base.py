@@ -2,8 +2,8 @@
 
 A step kind turns its planner's data into effects (`run`), says whether its output is there and trusted (`holds`),
 and says in words what it does that is no command of its own (`describe`: the plan's `--verbose` lines and its JSON's
-`describe`). The mechanisms it calls (builders/fetch.py, companions.py, toolchain.py, roots.py, stage.py, package.py,
-bundle.py, swap.py) stay below; no mechanism imports a step."""
+`describe`). The mechanisms it calls (the folders io/, project/, roots/, inputs/, ship/) stay below; no mechanism
+imports a step."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from ..plan_types import Command, Layout, Plan, Step
-from ..readfile import UnreadableFile, read_text
+from ..io.readfile import UnreadableFile, read_text
 
 
 def _quiet(_: str) -> None:

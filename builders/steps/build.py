@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .. import stage as staging
-from .. import swap
+from ..ship import stage as staging
+from ..io import swap
 from ..kinds import KINDS, flags
 from ..plan_types import Step, digest
-from ..stage import KEY_FILE
+from ..ship.stage import KEY_FILE
 from .base import StepContext, holds_key
 from .variant import VariantInputs, on_path
 

@@ -1,5 +1,5 @@
 """The bundle steps, five kinds that make one bundle of the packages: the metapackage (with the manifest and
-toolchain.json), the local channel, the tarball, SHA256SUMS, and the move into place (builders/bundle.py,
+toolchain.json), the local channel, the tarball, SHA256SUMS, and the move into place (builders/ship/bundle.py,
 package.py, manifest.py). They share one cache state: done while the published bundle holds the plan's key."""
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .. import bundle as bundles
-from .. import manifest, swap, toolchain_record
-from .. import package as conda
-from .. import stage as staging
-from ..config import Bundle
+from ..ship import bundle as bundles
+from ..ship import manifest, toolchain_record
+from ..io import swap
+from ..ship import package as conda
+from ..ship import stage as staging
+from ..project.config import Bundle
 from ..errors import StageError
 from ..plan_types import Layout, Step, digest
-from ..stage import KEY_FILE
+from ..ship.stage import KEY_FILE
 from .base import StepContext, holds_key
 from .build import notes
 

@@ -1,15 +1,15 @@
 """The crates step: `cargo vendor` of a checkout's Cargo.toml in the sandbox, network on, cached by source
-(builders/companions.py): {crates}."""
+(builders/inputs/companions.py): {crates}."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import companions
-from ..config import Recipe
+from ..inputs import companions
+from ..project.config import Recipe
 from ..plan_types import Layout, Step, digest
-from ..root import Root
+from ..roots.root import Root
 from .base import StepContext, described
 from .root import root_step_id
 
@@ -23,7 +23,7 @@ class CratesData:
     manifest: str
     dir: str
     where: str
-    root: Any = None  # the build Root whose cargo vendors (builders/root.py); None: the host's /usr
+    root: Any = None  # the build Root whose cargo vendors (builders/roots/root.py); None: the host's /usr
 
 
 def plan_crates(layout: Layout, recipe: Recipe, source: Source, root: Root | None = None) -> Step:

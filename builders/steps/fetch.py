@@ -1,5 +1,5 @@
 """The fetch step: a pin's commit into the content-addressed git cache from the first of its mirrors that has it
-(builders/fetch.py, git through builders/gitcmd.py), verified by its object id."""
+(builders/inputs/fetch.py, git through builders/io/gitcmd.py), verified by its object id."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import fetch as fetching
-from ..config import MIRRORS_ENV, Pin
+from ..inputs import fetch as fetching
+from ..project.config import MIRRORS_ENV, Pin
 from ..plan_types import Layout, Step, digest
 from .base import StepContext, described
 

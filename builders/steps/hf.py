@@ -1,12 +1,12 @@
-"""The hf step: a pin's Hugging Face files at its revision, each checked against its sha256 (builders/companions.py):
+"""The hf step: a pin's Hugging Face files at its revision, each checked against its sha256 (builders/inputs/companions.py):
 {hf}."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import companions
-from ..config import Pin
+from ..inputs import companions
+from ..project.config import Pin
 from ..plan_types import Layout, Step, digest
 from .base import StepContext, described
 

@@ -1,13 +1,14 @@
 """The package step: one .conda of a variant's staged prefix, with its run requirements and its license
-(builders/package.py), in a directory named by the step's key."""
+(builders/ship/package.py), in a directory named by the step's key."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from .. import elf, licenses
-from .. import package as conda
+from ..io import elf
+from ..ship import licenses
+from ..ship import package as conda
 from ..plan_types import Step, digest
 from .base import StepContext
 from .variant import VariantInputs, expand
@@ -68,7 +69,7 @@ class PackageStep:
         return step.data.file.is_file()  # its directory is named by the key
 
     def describe(self, step: Step) -> list[str]:
-        return []  # builders/package.py writes the .conda; no command of its own
+        return []  # builders/ship/package.py writes the .conda; no command of its own
 
 
 STEP = PackageStep()

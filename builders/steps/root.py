@@ -1,13 +1,13 @@
 """The root step: a build root (roots/<name>.yaml), every package fetched by pool path and sha256 and assembled once
-into the cache under its content address, shared by every variant that names it (builders/roots.py)."""
+into the cache under its content address, shared by every variant that names it (builders/roots/assemble.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Project
+from ..project.config import Project
 from ..plan_types import Step, digest
-from ..root import Root
+from ..roots.root import Root
 from .base import StepContext, described
 
 
@@ -42,7 +42,7 @@ class RootStep:
     fetches, replans, bundle = True, True, False
 
     def run(self, ctx: StepContext, step: Step) -> None:
-        from .. import roots
+        from ..roots import assemble as roots
 
         d: RootData = step.data
         how = roots.assemble(ctx.project.roots[d.name], ctx.layout.downloads(), Path(d.dest), offline=ctx.offline,
@@ -50,7 +50,7 @@ class RootStep:
         ctx.log(f"build root {d.name} ({d.key[:16]}): {how}")
 
     def holds(self, ctx: StepContext, step: Step) -> bool:
-        from .. import roots
+        from ..roots import assemble as roots
 
         return roots.untrusted(Path(step.data.dest), step.data.key) is None
 

@@ -1,5 +1,5 @@
 """The source step: the checkout a variant builds, a git worktree of the fetched commit (and of its extra pins), its
-submodules at their gitlinks, its patches applied (builders/patch.py: checked first, refused in one line if one no
+submodules at their gitlinks, its patches applied (builders/inputs/patch.py: checked first, refused in one line if one no
 longer applies). Variants that build the same commit, patches and extra pins share one checkout."""
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .. import companions, gitcmd, patch, swap
-from .. import fetch as fetching
-from ..config import Pin, Project, Variant
+from ..inputs import companions, patch
+from ..io import gitcmd, swap
+from ..inputs import fetch as fetching
+from ..project.config import Pin, Project, Variant
 from ..errors import BuildError
 from ..plan_types import Command, Layout, Step, digest
 from .base import StepContext, described, holds_key
@@ -176,7 +177,7 @@ class SourceStep:
         return holds_key(source_key_file(Path(step.data.dir)), step.key) and Path(step.data.dir).is_dir()
 
     def describe(self, step: Step) -> list[str]:
-        return [f"apply {p} (builders/patch.py: checked first; refused in one line if it no longer applies)"
+        return [f"apply {p} (builders/inputs/patch.py: checked first; refused in one line if it no longer applies)"
                 for p in step.data.shown_patches]
 
 

@@ -1,21 +1,21 @@
 """The stage step: the build system's install into a fresh DESTDIR, keep what the recipe packages, RPATH $ORIGIN,
 check every ELF file against the floor, run the recipe's tests, swap the stage root into place
-(builders/stage.py's stage_variant)."""
+(builders/ship/stage.py's stage_variant)."""
 from __future__ import annotations
 
 import dataclasses
 from functools import partial
 from pathlib import Path
 
-from .. import stage as staging
+from ..ship import stage as staging
 from ..kinds import KINDS
 from ..plan_types import RecipeTest, RuntimeData, StageData, Step, digest
-from ..stage import KEY_FILE
+from ..ship.stage import KEY_FILE
 from .base import StepContext, holds_key
 from .variant import VariantInputs, expand, on_path
 
 # StageData (with RecipeTest and RuntimeData) is this step's data; it lives in plan_types.py because the mechanism
-# below the steps, builders/stage.py, takes it whole, and no mechanism imports a step.
+# below the steps, builders/ship/stage.py, takes it whole, and no mechanism imports a step.
 
 
 def manifest_entry(v: VariantInputs) -> dict | None:
@@ -104,7 +104,7 @@ class StageStep:
     fetches, replans, bundle = False, False, False
 
     def run(self, ctx: StepContext, step: Step) -> None:
-        from ..repro import wheel_members
+        from ..ship.repro import wheel_members
 
         # the vendored wheels, one folder per CPython (cp311/, ...)
         vendored = wheel_members(d for s in ctx.plan.steps if s.action == "wheels" for d in sorted(Path(s.data.dir).glob("cp*")))
@@ -115,7 +115,7 @@ class StageStep:
         return holds_key(Path(step.data.stage_root) / KEY_FILE, step.key)
 
     def describe(self, step: Step) -> list[str]:
-        return []  # its commands are the step's own; the rest is builders/stage.py's
+        return []  # its commands are the step's own; the rest is builders/ship/stage.py's
 
 
 STEP = StageStep()

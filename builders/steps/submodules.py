@@ -1,4 +1,4 @@
-"""The submodules step: a pin's git submodules at the gitlinks its commit records (builders/companions.py), locked in
+"""The submodules step: a pin's git submodules at the gitlinks its commit records (builders/inputs/companions.py), locked in
 a file the source step checks them out from."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .. import companions
-from ..config import Pin
+from ..inputs import companions
+from ..project.config import Pin
 from ..plan_types import Layout, Step, digest
 from .base import StepContext, described
 

@@ -1,6 +1,6 @@
 """The toolchain step: a toolchain the build fetches itself (the CUDA toolkit and zig from NVIDIA's and PyPI's pinned
 wheels, the Vulkan SDK and the sysroot from pinned Debian packages), each input sha256-checked and assembled into one
-root in the cache (builders/toolchain.py)."""
+root in the cache (builders/inputs/toolchain.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import toolchain as toolchains
-from ..config import Variant
-from ..host import HostFacts, pinned_root
+from ..inputs import toolchain as toolchains
+from ..project.config import Variant
+from ..inputs.host import HostFacts, pinned_root
 from ..plan_types import Layout, Step, digest
 from .base import StepContext, described
 

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from ..config import PLACEHOLDER, Variant, describe_placeholders
+from ..project.config import PLACEHOLDER, Variant, describe_placeholders
 from ..errors import OnebitError
-from ..floor import Floor
-from ..host import HostFacts
+from ..project.floor import Floor
+from ..inputs.host import HostFacts
 from ..kinds import KindContext
 from ..plan_types import Command, Layout, Step
-from ..root import Root
+from ..roots.root import Root
 
 if TYPE_CHECKING:
     from .source import Source

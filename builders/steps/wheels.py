@@ -1,13 +1,13 @@
 """The wheels step: a recipe's Python requirements as wheels, one folder per supported CPython
-(builders/fetch.py's fetch_wheels): {wheels}."""
+(builders/inputs/fetch.py's fetch_wheels): {wheels}."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import fetch as fetching
-from ..config import Recipe
-from ..host import HostFacts
+from ..inputs import fetch as fetching
+from ..project.config import Recipe
+from ..inputs.host import HostFacts
 from ..plan_types import Layout, Step, digest
 from .base import StepContext, described
 

@@ -1,0 +1,1 @@
+"""inputs: what a build takes in besides the project: sources and their companions, toolchain inputs, host facts, patches."""

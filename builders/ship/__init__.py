@@ -1,0 +1,1 @@
+"""ship: what a build hands out: the stage and its gate, packages, the bundle, its manifest, installs."""
