@@ -36,7 +36,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from onebit.inspect import inspect_model  # noqa: E402
 from onebit.manifest import load_manifest  # noqa: E402
-from onebit.route import LaunchPlan, RouteEnv, ServeFlags, route  # noqa: E402
+from onebit.launch_plan import LaunchPlan  # noqa: E402
+from onebit.route import route  # noqa: E402
+from onebit.serve_flags import RouteEnv, ServeFlags  # noqa: E402
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ The manifest names a backend's adapter (`adapter`: llama-server, zinc, ds4 or np
   - how to ask the program which devices it sees (`1bit check`).
 
 Each command line below follows the program's argument parser at its pin; the citation is next to it.
-llama-server's own argv is built by onebit.route (its options, recipes and drafters are route's business); this
+llama-server's own argv is built by onebit.child (its options, recipes and drafters are route's business); this
 module only adds what every adapter shares.
 """
 

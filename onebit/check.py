@@ -36,7 +36,10 @@ from .adapters import ADAPTERS
 from .hostlibs import Found, look_up, missing, missing_text
 from .inspect import ModelFacts
 from .manifest import Manifest
-from .route import DEVICE_BACKENDS, LaunchPlan, Refusal, RouteEnv, ServeFlags, route
+from .devices import DEVICE_BACKENDS
+from .launch_plan import LaunchPlan, Refusal
+from .route import route
+from .serve_flags import RouteEnv, ServeFlags
 
 PROBE_TIMEOUT = 120
 SELF_TEST_MODEL = "/nonexistent/onebit-self-test/model.gguf"  # route never opens it

@@ -17,7 +17,11 @@ from .inspect import inspect_model
 from .laya import ALL_CLASSES, CHECKPOINT_RELPATH, LAYA_MODEL_ENV, default_model_dir, load_policy
 from .manifest import MANIFEST_ENV, default_manifest_path, load_manifest
 from .recipes import default_recipes_path, load_recipes
-from .route import DEVICES, Capabilities, Refusal, RouteEnv, ServeFlags, capabilities, laya_refusal, route
+from .devices import DEVICES, Capabilities, capabilities
+from .launch_plan import Refusal
+from .laya_route import laya_refusal
+from .route import route
+from .serve_flags import RouteEnv, ServeFlags
 
 # A refused `1bit serve` launch (nothing started): exit status EXIT_REFUSED when the route refuses (a device, feature
 # or bind this bundle cannot serve), ServeError's 2 for bad input (an unreadable model, a bad manifest); either way

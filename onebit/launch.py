@@ -13,7 +13,7 @@ from typing import Mapping
 
 from .errors import ServeError
 from .proxy import Proxy, Upstream, serve_forever
-from .route import Child, LaunchPlan
+from .launch_plan import Child, LaunchPlan
 
 PR_SET_PDEATHSIG = 1
 

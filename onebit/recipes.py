@@ -2,7 +2,7 @@
 
 A recipe file is JSON: {"schema_version": 1, "recipes": [{name, match, args, env, measured}, ...]}.
 `match` keys (all optional, all must hold): device, architecture, moe (bool), drafter ("dflash"|"mtp"|"none"),
-rotated (bool). A recipe adds its args and env only where the user did not already give them (route.py applies them).
+rotated (bool). A recipe adds its args and env only where the user did not already give them (child.py applies them).
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ from serve_fixtures import STRIX, STUB, models, write_manifest  # noqa: F401  (m
 from onebit.adapters import ADAPTERS, _llama_devices, _zinc_devices, list_devices
 from onebit.inspect import inspect_model
 from onebit.manifest import load_manifest
-from onebit.route import LaunchPlan, Refusal, RouteEnv, ServeFlags, route
+from onebit.launch_plan import LaunchPlan, Refusal
+from onebit.route import route
+from onebit.serve_flags import RouteEnv, ServeFlags
 
 SRC = Path(__file__).resolve().parent.parent
 

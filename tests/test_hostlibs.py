@@ -23,7 +23,9 @@ from onebit.errors import ManifestError
 from onebit.hostlibs import CacheEntry, CacheError, Found, HostLibrary
 from onebit.inspect import inspect_model
 from onebit.manifest import load_manifest
-from onebit.route import LaunchPlan, Refusal, RouteEnv, ServeFlags, route
+from onebit.launch_plan import LaunchPlan, Refusal
+from onebit.route import route
+from onebit.serve_flags import RouteEnv, ServeFlags
 
 SRC = Path(__file__).resolve().parent.parent
 ONEBIT = [sys.executable, "-m", "onebit.cli"]

@@ -37,7 +37,10 @@ from onebit.laya import (
 )
 from onebit.manifest import load_manifest
 from onebit.proxy import Proxy, Upstream, serve_forever
-from onebit.route import DEVICES, LaunchPlan, Refusal, RouteEnv, ServeFlags, route
+from onebit.devices import DEVICES
+from onebit.launch_plan import LaunchPlan, Refusal
+from onebit.route import route
+from onebit.serve_flags import RouteEnv, ServeFlags
 
 HERE = Path(__file__).resolve().parent
 DEVS = DEVICES[1:]

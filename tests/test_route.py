@@ -12,7 +12,9 @@ from onebit.bundles import BUNDLES
 from onebit.inspect import inspect_model
 from onebit.manifest import Backend, Manifest, load_manifest
 from onebit.recipes import default_recipes_path, load_recipes, parse_recipes
-from onebit.route import LaunchPlan, Refusal, RouteEnv, ServeFlags, route, split_options
+from onebit.launch_plan import LaunchPlan, Refusal
+from onebit.route import route
+from onebit.serve_flags import RouteEnv, ServeFlags, split_options
 
 RECIPES = load_recipes(default_recipes_path())
 

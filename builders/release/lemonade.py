@@ -39,7 +39,8 @@ from ..project.config import file_sha256 as sha256
 from ..errors import OnebitError
 from ..inputs.toolchain import REDISTRIBUTABLES
 from onebit.manifest import Backend, Manifest, default_adapter
-from onebit.route import DEVICE_FLAG, _backend_for, capabilities
+from onebit.devices import DEVICE_FLAG, capabilities
+from onebit.devices import backend_for as _backend_for
 
 RECIPE = "llamacpp"
 SERVER = "llama-server"
