@@ -697,7 +697,7 @@ def install(archive: Path, cache: Path, *, recipe: str | None = None, backend: s
 # `onebit` recipe. Lemonade offers a backend of a recipe only where one of the recipe's support rows matches a device
 # of the host (family + architecture; an empty list: any) and keeps it while `1bit version` is at least the recipe's
 # `backend_versions.json` pin. So the release derives both from what its bundles can serve: one row per
-# `1bit serve --device` value any bundle takes (onebit.route.capabilities over each bundle's manifest), its families
+# `1bit serve --device` value any bundle takes (onebit.devices.capabilities over each bundle's manifest), its families
 # from the manifest devices that serve it. `onebit` holds the versions Lemonade reads; `onebit_support` the rows in the
 # shape of Lemonade's BackendDescriptor support table, with the bundles that serve each (docs/lemonade.md; the fork's
 # own table takes them through recipes/patches/lemonade-onebit/0001-onebit-support-every-bundle-device.patch).
