@@ -173,7 +173,7 @@ def plan_companions(variant: Variant, source: Source, layout: Layout, root: Root
 
 def root_dirs(project: Project, cache: Path) -> dict[str, str]:
     """Where each build root is assembled: its content address in the cache (what the host facts are gathered with)."""
-    return {name: str(pin.dest(cache)) for name, pin in project.roots.items()}
+    return {name: str(Path(cache) / pin.cache_dir) for name, pin in project.roots.items()}
 
 
 def root_of(project: Project, host: HostFacts, layout: Layout, name: str | None) -> Root:

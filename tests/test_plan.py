@@ -354,34 +354,40 @@ def test_plan_json(capsys, host_with):
     assert all(len(s["key"]) == 64 for s in doc["steps"])
 
 
-def test_the_walk_of_a_bundle_name_crosses_four_modules():
-    """Issue 18: following a bundle name through make_plan should take at most 4 files: plan.py (the planners),
-    config.py (the bundle's variants), host.py (is a tool new enough) and the build kinds; plan_types.py holds the
-    data the steps are made of. Measured from the functions that run, not from the imports."""
+def test_the_walk_of_a_bundle_name_crosses_eight_modules_without_going_back():
+    """Following a bundle name through make_plan takes at most 8 modules: plan.py (the planners' composition),
+    config (the bundle's variants), host (is a tool new enough), the build kinds, the step kinds' planners (one module
+    per kind, each folder counted once), root (where a variant runs) with sandbox (the bwrap command line of a rooted
+    variant) and sysroot (the flags the floor's sysroot gives each compiler); plan_types holds the data the steps are
+    made of. The floor's and a root pin's facts (key, glibc, host-library items, content address, size) are worked out
+    once when the project is read, not again per variant. No module calls back into one that called it.
+    Measured from the functions that run, not from the imports."""
     import sys
 
-    ran: set[str] = set()
+    calls: set[tuple[str, str]] = set()
+
+    def module(frame) -> str | None:
+        path = Path(frame.f_code.co_filename)
+        if not path.is_relative_to(ROOT / "builders"):
+            return None
+        m = path.relative_to(ROOT).with_suffix("").as_posix()
+        return m.rsplit("/", 1)[0] if m.startswith(("builders/kinds/", "builders/steps/")) else m
 
     def profile(frame, event, arg):
-        if event == "call":
-            path = Path(frame.f_code.co_filename)
-            if path.is_relative_to(ROOT / "builders"):
-                ran.add(path.relative_to(ROOT).with_suffix("").as_posix())
+        if event == "call" and (callee := module(frame)):
+            calls.add((module(frame.f_back) if frame.f_back else None, callee))
 
     sys.setprofile(profile)
     try:
         make_plan(PROJECT, "strix", facts(), LAYOUT)
     finally:
         sys.setprofile(None)
-    modules = {m.rsplit("/", 1)[0] if m.startswith(("builders/kinds/", "builders/steps/")) else m
-               for m in ran} - {"builders/plan_types"}
-    # and where it runs (root_pins: a build root's key; root.wrap -> sandbox.argv: the bwrap command line of a rooted
-    # variant; the host root's network cut), and the floor's (floor: its key, glibc and a backend's host libraries;
-    # sysroot: the flags its sysroot gives each compiler)
-    # (and the step kinds' planners in steps/, one module per step kind, counted once like the build kinds)
+    modules = {callee for _, callee in calls} - {"builders/plan_types"}
     assert modules == {"builders/plan", "builders/project/config", "builders/inputs/host", "builders/kinds",
-                       "builders/project/root_pins", "builders/roots/root", "builders/roots/sandbox",
-                       "builders/project/floor", "builders/roots/sysroot", "builders/steps"}, sorted(ran)
+                       "builders/steps", "builders/roots/root", "builders/roots/sandbox", "builders/roots/sysroot"}, \
+        sorted(modules)
+    between = {(a, b) for a, b in calls if a and a != b}
+    assert not {(a, b) for a, b in between if (b, a) in between}, sorted(between)  # no back and forth
 
 
 def test_a_hint_from_deep_in_a_step_names_the_real_bundle(tmp_path, capsys):

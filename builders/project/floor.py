@@ -13,8 +13,8 @@ declares exactly `__glibc >=<the floor's glibc>`.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -50,28 +50,24 @@ class Floor:
     sets: Mapping[str, tuple[HostLibrary, ...]]  # named host-library sets a recipe declares
     where: str = ""  # floor.yaml:line, for errors
     sysroot: Mapping | None = None  # floor.yaml's toolchain entry: the sysroot's pinned packages (config makes a Tool)
+    # worked out once, when floor.yaml is read (a plan asks them of every variant):
+    glibc: str = field(init=False)  # the glibc the policy names (PEP 600: manylinux_2_34 is 2.34): every `__glibc >=`
+    key: str = field(init=False)  # what the stage step's cache key takes of the floor: a change re-runs the gate
+    manifests: Mapping[str, tuple[dict, ...]] = field(init=False)  # set -> its items of a manifest's `host_libraries`
+
+    def __post_init__(self) -> None:
+        m = POLICY.match(self.policy)
+        object.__setattr__(self, "glibc", f"{m.group(1)}.{m.group(2)}" if m else "")
+        object.__setattr__(self, "key", digest(
+            "floor", self.policy, sorted(self.versions.items()), self.base,
+            sorted((n, [(h.soname, h.provided_by) for h in libs]) for n, libs in self.sets.items())))
+        object.__setattr__(self, "manifests", {n: tuple(lib.manifest() for lib in libs) for n, libs in self.sets.items()})
 
     def caps(self) -> dict[str, str]:
         """Version family -> the highest version the policy allows (GLIBCXX -> 3.4.29), for the families the sysroot's
         link stand-ins cap (builders/roots/sysroot.py): GLIBC, GLIBCXX, CXXABI, GCC."""
         return {f: ceiling(f, self.versions).partition("_")[2] for f in ("GLIBC", "GLIBCXX", "CXXABI", "GCC")
                 if f in self.versions}
-
-    @property
-    def glibc(self) -> str:
-        """The glibc the policy names (PEP 600: manylinux_2_34 is glibc 2.34): every package's `__glibc >=`."""
-        m = POLICY.match(self.policy)
-        return f"{m.group(1)}.{m.group(2)}" if m else ""
-
-    @property
-    def key(self) -> str:
-        """What the stage step's cache key takes of the floor: a change of it re-runs the gate."""
-        return digest("floor", self.policy, sorted(self.versions.items()), self.base,
-                      sorted((n, [(h.soname, h.provided_by) for h in libs]) for n, libs in self.sets.items()))
-
-    def host_libraries(self, names: Iterable[str]) -> list[dict]:
-        """Pure: the manifest's `host_libraries` of a variant that declares the sets `names`, in their order."""
-        return [lib.manifest() for name in names for lib in self.sets.get(name, ())]
 
 
 # ---- auditwheel's policy data ----------------------------------------------------------------------------------------

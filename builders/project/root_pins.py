@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import yamlio
@@ -46,18 +46,19 @@ class RootPin:
     resolved: tuple[ResolvedDeb, ...]
     where: str = ""
     essential: bool = True  # the base suite's Essential: yes packages are part of the root
+    # worked out once, when the pin is read (a plan asks them of every rooted variant):
+    key: str = field(init=False)  # the content address: the assembly's version, every package's pool path and sha256
+    cache_dir: str = field(init=False)  # where it is assembled, under the cache: roots/<key[:16]>
+    download_size: int = field(init=False)
 
-    @property
-    def key(self) -> str:
-        """The root's content address: the assembly's version and every package's pool path and sha256."""
-        return root_key(self.resolved)
+    def __post_init__(self) -> None:
+        key = root_key(self.resolved)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "cache_dir", f"roots/{key[:16]}")
+        object.__setattr__(self, "download_size", sum(d.size for d in self.resolved))
 
     def dest(self, cache: Path) -> Path:
-        return Path(cache) / "roots" / self.key[:16]
-
-    @property
-    def download_size(self) -> int:
-        return sum(d.size for d in self.resolved)
+        return Path(cache) / self.cache_dir
 
 
 def root_key(resolved: Iterable[ResolvedDeb]) -> str:

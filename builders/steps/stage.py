@@ -38,7 +38,7 @@ def manifest_entry(v: VariantInputs) -> dict | None:
     if variant.provides_env:
         entry["env"] = dict(variant.provides_env)
     if variant.host_libraries and v.floor:
-        entry["host_libraries"] = v.floor.host_libraries(variant.host_libraries)
+        entry["host_libraries"] = [dict(i) for name in variant.host_libraries for i in v.floor.manifests.get(name, ())]
     return entry
 
 
