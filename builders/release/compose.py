@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..io import archives
 from ..ship import bundle as bundles
 from ..ship import manifest, toolchain_record
 from ..project.config import Project, file_sha256
@@ -234,8 +235,6 @@ class Composed:
 
 def compose(project: Project, flavor: Flavor, parts: Sequence[Part], scratch: Path) -> Composed:
     """Assemble one flavor of a bundle from the parts; refuses when a package is missing or does not fit."""
-    from rattler.package_streaming import extract
-
     plan = flavor.plan
     pins = project.pins
     problems, picked = [], []
@@ -262,7 +261,7 @@ def compose(project: Project, flavor: Flavor, parts: Sequence[Part], scratch: Pa
     trees, infos, owners = {}, {}, {}
     for want, part, path, _, _ in picked:
         tree = work / "pkgs" / want.file.removesuffix(".conda")
-        extract(path, tree)
+        archives.unpack(path, tree, precheck=True)  # the project's one unpacker reads a .conda's two tars
         infos[want.variant] = work / "info" / want.variant
         infos[want.variant].parent.mkdir(parents=True, exist_ok=True)
         os.rename(tree / "info", infos[want.variant])
