@@ -469,6 +469,7 @@ def test_installs_into_two_caches_sharing_one_config_keep_both_pins(tmp_path, tw
             waiting.wait(0.05)
         assert waiting.is_set()  # the second install waits for the config, although its cache is another one
         first = lemonade_install.check(cpu, sha=file_sha256(cpu))
-        lemonade_config.record_pins(conf, {lemonade_config.bin_key(first.recipe, first.backend): first.tag})  # as the first install does
+        # as the first install does
+        lemonade_config.record_pins(conf, {lemonade_config.bin_key(first.recipe, first.backend): first.tag})
     t.join()
     assert done and json.loads((conf / "config.json").read_text()) == {"llamacpp": {"cpu_bin": NEW, "vulkan_bin": NEW}}
