@@ -15,6 +15,8 @@ import pytest
 from builders.io import archives
 from builders.roots import debs
 from builders import fresh
+from builders.roots import checkout, clean, passthrough
+from builders.ship import channels_check
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,20 +45,20 @@ UBUNTU = [("http://archive.example/ubuntu", ("noble", "noble-updates")),
     ({}, [("http://m.example/debian", ("sid",))], "http://m.example/debian"),
 ])
 def test_debian_mirror(env, sources, want):
-    assert fresh.debian_mirror(env, sources) == want
+    assert clean.debian_mirror(env, sources) == want
 
 
 def test_debian_mirror_reads_the_sources_format_apt_uses():
     deb822 = debs.parse_sources("Types: deb\nURIs: http://mirror.example/debian\nSuites: trixie trixie-updates\n"
                                 "Components: main\n", deb822=True)
-    assert fresh.debian_mirror({}, deb822) == "http://mirror.example/debian"
+    assert clean.debian_mirror({}, deb822) == "http://mirror.example/debian"
 
 
 def test_apt_options_are_the_ones_about_reaching_the_archive():
     dump = ('APT "";\nAPT::Sandbox::User "_apt";\nAcquire::Check-Valid-Until "false";\n'
             'Acquire::http::Proxy "http://proxy.example:3128";\nAcquire::https::Proxy::deb.example "DIRECT";\n'
             'Dir::Etc::sourcelist "sources.list";\nAcquire::Languages "none";\n')
-    assert fresh.apt_options(dump) == ['Acquire::Check-Valid-Until "false";',
+    assert clean.apt_options(dump) == ['Acquire::Check-Valid-Until "false";',
                                        'Acquire::http::Proxy "http://proxy.example:3128";',
                                        'Acquire::https::Proxy::deb.example "DIRECT";']
 
@@ -69,10 +71,10 @@ def test_only_environment_settings_cross_into_the_root():
             # the product and the host's own: never
             "ONEBIT_CACHE": "/var/cache/onebit", "PATH": "/usr/bin", "VIRTUAL_ENV": "/venv", "HOME": "/root",
             "CCACHE_DIR": "/ccache", "LD_LIBRARY_PATH": "/opt/lib", "PYTHONPATH": "/src"}
-    passed = fresh.passed_env(host)
+    passed = passthrough.passed_env(host)
     assert set(passed) == {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CERT", "SSL_CERT_FILE",
                            "REQUESTS_CA_BUNDLE", "https_proxy", "NO_PROXY", "ONEBIT_DEBIAN_MIRROR"}
-    kinds = fresh.setting_kinds(host)
+    kinds = passthrough.setting_kinds(host)
     assert kinds["proxy"] == ["NO_PROXY", "https_proxy"] and kinds["CA bundle"] == ["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"]
     assert kinds["Debian mirror"] == ["ONEBIT_DEBIAN_MIRROR"]
 
@@ -80,9 +82,9 @@ def test_only_environment_settings_cross_into_the_root():
 def test_host_paths_named_by_settings_and_how_they_reach_the_root(tmp_path):
     values = ["/opt/wheels /opt/more", "file:///opt/pypi/simple", "https://user:secret@i.example/simple",
               "/etc/ssl/c.pem", "file:/srv/idx/simple/"]
-    assert fresh.named_paths(values) == ["/opt/wheels", "/opt/more", "/opt/pypi", "/etc/ssl/c.pem", "/srv/idx"]
+    assert passthrough.named_paths(values) == ["/opt/wheels", "/opt/more", "/opt/pypi", "/etc/ssl/c.pem", "/srv/idx"]
     files, dirs, in_root = {"/etc/ssl/c.pem", "/etc/pip.conf"}, {"/opt/wheels", "/etc/ssl/certs"}, {"/etc/ssl/certs"}
-    c = fresh.carry(["/etc/ssl/c.pem", "/opt/wheels", "/etc/ssl/certs", "/gone"], is_file=files.__contains__,
+    c = passthrough.carry(["/etc/ssl/c.pem", "/opt/wheels", "/etc/ssl/certs", "/gone"], is_file=files.__contains__,
                     is_dir=dirs.__contains__, in_root=in_root.__contains__,
                     configs=[("/etc/pip.conf", "/etc/pip.conf"), ("/home/u/.config/pip/pip.conf", "/root/.config/pip/pip.conf")])
     assert c.copy == (("/etc/pip.conf", "/etc/pip.conf"), ("/etc/ssl/c.pem", "/etc/ssl/c.pem"))
@@ -90,17 +92,17 @@ def test_host_paths_named_by_settings_and_how_they_reach_the_root(tmp_path):
 
 
 def test_pip_configuration_files_and_their_paths():
-    files = fresh.pip_config_files({"PIP_CONFIG_FILE": "/srv/pip.ini"}, "/home/u")
+    files = passthrough.pip_config_files({"PIP_CONFIG_FILE": "/srv/pip.ini"}, "/home/u")
     assert ("/home/u/.config/pip/pip.conf", "/root/.config/pip/pip.conf") in files
     assert ("/etc/pip.conf", "/etc/pip.conf") in files and files[-1] == ("/srv/pip.ini", "/srv/pip.ini")
-    assert fresh.pip_config_files({"PIP_CONFIG_FILE": os.devnull}, "/h")[-1][0] != os.devnull
+    assert passthrough.pip_config_files({"PIP_CONFIG_FILE": os.devnull}, "/h")[-1][0] != os.devnull
     text = "[global]\ncert = /etc/ssl/c.pem\nfind-links = /opt/wheels\ntimeout = 60\n[install]\nindex-url = file:///opt/pypi/simple\n"
-    assert sorted(fresh.pip_config_values(text)) == ["/etc/ssl/c.pem", "/opt/wheels", "file:///opt/pypi/simple"]
-    assert fresh.pip_config_values("not [ini") == []
+    assert sorted(passthrough.pip_config_values(text)) == ["/etc/ssl/c.pem", "/opt/wheels", "file:///opt/pypi/simple"]
+    assert passthrough.pip_config_values("not [ini") == []
 
 
 def test_mmdebstrap_makes_a_minbase_root_with_python3():
-    argv = fresh.mmdebstrap_argv("trixie", "/r", "http://m.example/debian", ['Acquire::Check-Valid-Until "false";'])
+    argv = clean.mmdebstrap_argv("trixie", "/r", "http://m.example/debian", ['Acquire::Check-Valid-Until "false";'])
     assert argv == ["mmdebstrap", "--mode=root", "--variant=minbase", "--include=python3,ca-certificates",
                     '--aptopt=Acquire::Check-Valid-Until "false";', "trixie", "/r", "http://m.example/debian"]
 
@@ -113,7 +115,7 @@ def test_summary_line():
 
 
 def test_checkout_copy_is_git_files_only(tmp_path):
-    files = fresh.checkout_files(ROOT)
+    files = checkout.checkout_files(ROOT)
     assert "README.md" in files and "scripts/nox.py" in files
     assert not [f for f in files if f.startswith((".onebit/", ".nox/", ".venv/"))]
 
@@ -213,11 +215,11 @@ def test_arguments(argv, want):
     (["repodata.json", "onebit-bundle-cpu-2026.49-h1_0.conda"], None),
 ])
 def test_a_channel_argument(listing, want):
-    assert fresh.channel_problem("ch", listing) == want
+    assert channels_check.channel_problem("ch", listing) == want
 
 
 def test_bundles_in_a_channel():
-    assert fresh.bundles_in(["repodata.json", "onebit-bundle-strix-2026.49-habc_0.conda", "onebit-cpu-2026.49-x_0.conda",
+    assert channels_check.bundles_in(["repodata.json", "onebit-bundle-strix-2026.49-habc_0.conda", "onebit-cpu-2026.49-x_0.conda",
                              "onebit-bundle-cpu-2026.49-h1_0.conda", "onebit-bundle-cpu-2026.49-h1_1.conda",
                              "onebit-bundle-nvidia-sm90-2026.49-h2_0.conda"]) == ["cpu", "nvidia-sm90", "strix"]
 
@@ -236,9 +238,9 @@ Description: GNU C compiler
 
 
 def test_what_of_a_compiler_a_root_holds():
-    assert fresh.installed_packages(STATUS) == {"libc6", "gcc-12"}
-    assert fresh.compiler_found({"libc6", "python3", "libgcc-s1", "libstdc++6"}, []) == []  # minbase + python3
-    assert fresh.compiler_found({"libc6", "gcc-12", "libgomp1", "cpp"}, ["usr/bin/cc"]) == \
+    assert channels_check.installed_packages(STATUS) == {"libc6", "gcc-12"}
+    assert channels_check.compiler_found({"libc6", "python3", "libgcc-s1", "libstdc++6"}, []) == []  # minbase + python3
+    assert channels_check.compiler_found({"libc6", "gcc-12", "libgomp1", "cpp"}, ["usr/bin/cc"]) == \
         ["usr/bin/cc", "cpp", "gcc-12", "libgomp1"]
 
 
@@ -255,7 +257,7 @@ LOADER = ("llama-server: error while loading shared libraries: libvulkan.so.1: c
     (1, "bwrap: execvp /p/bin/x: No such file or directory", False),  # no interpreter: never executed
 ])
 def test_what_counts_as_started(rc, output, want):
-    assert fresh.started(rc, output) is want
+    assert channels_check.started(rc, output) is want
 
 
 @pytest.mark.parametrize("tried, want", [
@@ -267,7 +269,7 @@ def test_what_counts_as_started(rc, output, want):
     ([("--version", 1, "x"), ("--help", 1, "y")], None),
 ])
 def test_which_argument_next(tried, want):
-    assert fresh.next_arg(tried) == want
+    assert channels_check.next_arg(tried) == want
 
 
 @pytest.mark.parametrize("rc, output, missing, want", [
@@ -278,7 +280,7 @@ def test_which_argument_next(tried, want):
     (0, "ROCm0: cannot run here (libamdhip64.so.7 missing)", ["libamdhip64.so.7", "libhipblas.so.3"], False),
 ])
 def test_a_check_did_its_job(rc, output, missing, want):
-    assert fresh.check_ok(rc, output, missing) is want
+    assert channels_check.check_ok(rc, output, missing) is want
 
 
 def test_host_sets_of_a_manifest():
@@ -286,15 +288,17 @@ def test_host_sets_of_a_manifest():
                         "ds4-rocm": {"host_libraries": [{"soname": "libamdhip64.so.7", "set": "rocm7"},
                                                         {"soname": "libhipblas.so.3", "set": "rocm7"}]},
                         "zinc": {"host_libraries": [{"soname": "libvulkan.so.1", "set": "vulkan"}]}}}
-    assert list(fresh.host_sets(doc)) == ["vulkan", "rocm7"]
-    assert fresh.host_sets(doc) == {"vulkan": ("libvulkan.so.1",), "rocm7": ("libamdhip64.so.7", "libhipblas.so.3")}
+    assert list(channels_check.host_sets(doc)) == ["vulkan", "rocm7"]
+    assert channels_check.host_sets(doc) == {"vulkan": ("libvulkan.so.1",), "rocm7": ("libamdhip64.so.7", "libhipblas.so.3")}
 
 
 def test_channels_summary_line():
-    c = fresh.ChannelsRun(prefixes=[
-        fresh.PrefixRun("cpu", [fresh.Program("bin/a", "--version", 0, True)] * 3, [("1bit check", True)]),
-        fresh.PrefixRun("strix", [fresh.Program("bin/b", "--help", 0, True), fresh.Program("bin/c", "--version", 127)],
-                        [("1bit check without the rocm7 stand-ins", True), ("1bit check", True)])], seconds=75.0)
+    from builders.ship.channels_check import ChannelsRun, PrefixRun, Program
+
+    c = ChannelsRun(prefixes=[
+        PrefixRun("cpu", [Program("bin/a", "--version", 0, True)] * 3, [("1bit check", True)]),
+        PrefixRun("strix", [Program("bin/b", "--help", 0, True), Program("bin/c", "--version", 127)],
+                  [("1bit check without the rocm7 stand-ins", True), ("1bit check", True)])], seconds=75.0)
     assert not c.ok
     r = fresh.Result("trixie", channels=c, seconds=200.0)
     assert fresh.summary(r) == ("trixie     FAILED total 3m20s  channels FAILED 75.0s  no cc/gcc/libgomp1  programs 4/5 "
@@ -302,4 +306,4 @@ def test_channels_summary_line():
     c.prefixes[1].programs.pop()
     assert c.ok and fresh.Result("trixie", channels=c).ok
     c.compiler = ["gcc-12"]
-    assert not c.ok and "compiler present: gcc-12" in fresh.channels_summary(c)
+    assert not c.ok and "compiler present: gcc-12" in channels_check.channels_summary(c)

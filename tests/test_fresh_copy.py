@@ -1,12 +1,14 @@
-"""`nox -s fresh` copies the checkout into each clean root (builders/fresh.py `copy_checkout`, as `run_suite` calls it):
-links are copied as links when they stay inside the checkout and skipped, in one line, when they lead out; nothing is
-read or written through a link, so no byte lands outside the root's copy. Real git, real links, real files."""
+"""`nox -s fresh` copies the checkout into each clean root (builders/roots/checkout.py `copy_checkout`, as fresh's
+`run_suite` calls it): links are copied as links when they stay inside the checkout and skipped, in one line, when they
+lead out; nothing is read or written through a link, so no byte lands outside the root's copy. Real git, real links,
+real files."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 from builders import fresh
+from builders.roots import checkout
 from mini_project import git
 
 
@@ -66,7 +68,7 @@ def test_links_out_of_the_checkout_are_skipped_in_one_line_and_nothing_is_writte
 
     dest = tmp_path / "root" / "src" / "onebit-build"
     before = snapshot(tmp_path, tmp_path / "root")
-    n = fresh.copy_checkout(src, dest)
+    n = checkout.copy_checkout(src, dest, say=fresh.say)
     assert snapshot(tmp_path, tmp_path / "root") == before  # the host folder, the outside file, the checkout: untouched
 
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "skipped" in ln]
@@ -92,6 +94,6 @@ def test_a_checkout_without_links_is_copied_whole_and_says_nothing(tmp_path, cap
     git(src, "commit", "-qm", "x")
     (src / "new.txt").write_text("untracked, not ignored\n")
     dest = tmp_path / "dest"
-    assert fresh.copy_checkout(src, dest) == 3
+    assert checkout.copy_checkout(src, dest, say=fresh.say) == 3
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == [".gitignore", "a/b/f.txt", "new.txt"]
     assert "skipped" not in capsys.readouterr().out

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from builders.project.config import file_sha256
 from builders.cli import main
 from builders.errors import OnebitError
 from builders.inputs import toolchain
 from builders.project import yamlio
 from builders.plan_types import RuntimeData
-from builders.release import lemonade
+from builders.release import lemonade, lemonade_archives, lemonade_install
 
 TAG = "v2026.48"
 MTIME = 1767225600
@@ -71,7 +72,7 @@ def toolkit_root(root: Path, *, override: bool = False) -> Path:
         wheels.append({"package": package, "version": version, "sha256": hashlib.sha256(package.encode()).hexdigest(),
                        "license": "LicenseRef-NVIDIA-Proprietary",
                        "license_files": [f"licenses/{package}/License.txt"],
-                       "ship": {lib: lemonade.sha256(root / "lib" / lib) for lib in libs}})
+                       "ship": {lib: file_sha256(root / "lib" / lib) for lib in libs}})
     if override:
         (root / "EULA.txt").write_text("End User License Agreement (CUDA Toolkit)\n")
     else:
@@ -144,19 +145,19 @@ def test_names_lemonade_never_asks_for_are_refused(name):
     ({"LEMONADE_CACHE_DIR": "", "HOME": "/h"}, "/h/.cache/lemonade"),
 ])
 def test_cache_dir(env, expected):
-    assert lemonade.cache_dir(env) == Path(expected)
+    assert lemonade_install.cache_dir(env) == Path(expected)
 
 
 @pytest.mark.parametrize("name, problem", [("../x", True), ("/etc/x", True), ("top/../../x", True), ("top/a/b", False),
                                            ("", True)])
 def test_member_problem(name, problem):
     # lemonade install refuses what every other unpacking step refuses (builders/io/archives.py)
-    assert (lemonade.member_problem(name) is not None) == problem
+    assert (lemonade_install.member_problem(name) is not None) == problem
 
 
 def test_archives_hold_the_contract_and_are_deterministic(tmp_path, licenses):
     prefix = build_prefix(tmp_path, ("cpu", "cuda", "hrx", "lean-rocm", "lean-vulkan", "vulkan"))
-    made = lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=SETTINGS)
+    made = lemonade_archives.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=SETTINGS)
     # only the backends Lemonade has a slot for; hrx and lean-vulkan reach it through the onebit backend
     assert [(v, b, p.name) for v, b, p in made] == [
         ("cpu", "cpu", "llama-v2026.48-bin-ubuntu-x64.tar.gz"),
@@ -165,7 +166,7 @@ def test_archives_hold_the_contract_and_are_deterministic(tmp_path, licenses):
         ("lean-rocm", "rocm-stable", "llama-v2026.48-bin-ubuntu-rocm-7.14-x64.tar.gz"),
         ("vulkan", "vulkan", "llama-v2026.48-bin-ubuntu-vulkan-x64.tar.gz")]
     for _, _, path in made:
-        assert lemonade.contract_problems(path) == []
+        assert lemonade_archives.contract_problems(path) == []
         with tarfile.open(path) as tar:
             names = tar.getnames()
             assert {m.mtime for m in tar.getmembers()} == {MTIME}
@@ -174,10 +175,10 @@ def test_archives_hold_the_contract_and_are_deterministic(tmp_path, licenses):
         assert f"{top}/bin/llama-server" in names and f"{top}/lib/libggml.so.0" in names
         assert f"{top}/licenses/llama.cpp/LICENSE" in names
     assert made[0][2].read_bytes()[4:8] == b"\0\0\0\0"  # gzip header mtime 0
-    again = lemonade.make_archives(prefix, tmp_path / "out2", TAG, licenses, mtime=MTIME, settings=SETTINGS)
+    again = lemonade_archives.make_archives(prefix, tmp_path / "out2", TAG, licenses, mtime=MTIME, settings=SETTINGS)
     assert [p.read_bytes() for *_, p in made] == [p.read_bytes() for *_, p in again]
 
-    frag = lemonade.fragment(SETTINGS, TAG, [p for *_, p in made])
+    frag = lemonade_archives.fragment(SETTINGS, TAG, [p for *_, p in made])
     assert frag["llamacpp"] == {"cpu": TAG, "cuda": TAG, "rocm-stable": TAG, "vulkan": TAG}
     # each checksum under the repository Lemonade downloads that backend from, where it looks it up
     sums = frag["checksums"]["github"]
@@ -194,7 +195,7 @@ def test_archives_hold_the_contract_and_are_deterministic(tmp_path, licenses):
 def test_the_cuda_archive_carries_what_it_ships_from_the_toolkit_with_its_license(tmp_path, licenses):
     prefix = build_prefix(tmp_path, ("cpu", "cuda"))
     shipped = ship_cuda_runtime(prefix, toolkit_root(tmp_path / "tk"))
-    made = {v: p for v, _, p in lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME,
+    made = {v: p for v, _, p in lemonade_archives.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME,
                                                        settings=SETTINGS)}
     cuda, cpu = made["cuda"], made["cpu"]  # one archive each for sm_90 and sm_120: the same tree
     top = cuda.name.removesuffix(".tar.xz")
@@ -205,19 +206,19 @@ def test_the_cuda_archive_carries_what_it_ships_from_the_toolkit_with_its_licens
     assert {f"{top}/{rel}" for rel in shipped} <= set(names)
     assert f"{top}/share/licenses/nvidia-cublas/License.txt" in names and f"{top}/lib/libcublasLt.so.13" in names
     assert [n for n in names if n.endswith("/llama-server")] == [f"{top}/bin/llama-server"]
-    assert lemonade.contract_problems(cuda) == []
+    assert lemonade_archives.contract_problems(cuda) == []
     with tarfile.open(cpu) as tar:  # a variant that ships nothing from a toolchain carries no share/
         assert not [n for n in tar.getnames() if "/share/" in n]
-    again = lemonade.make_archives(prefix, tmp_path / "out2", TAG, licenses, mtime=MTIME, settings=SETTINGS)
+    again = lemonade_archives.make_archives(prefix, tmp_path / "out2", TAG, licenses, mtime=MTIME, settings=SETTINGS)
     assert {p.name: p.read_bytes() for *_, p in again} == {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
 
     # installed as Lemonade installs it, redistributables.json still names what lies beside it, byte for byte
-    inst = lemonade.install(cuda, tmp_path / "lemonade")
+    inst = lemonade_install.install(cuda, tmp_path / "lemonade")
     named = json.loads((inst / toolchain.REDISTRIBUTABLES).read_text())
     assert named == doc and {e["package"] for e in named["redistributables"]} == set(CUDA_RUNTIME)
     for e in named["redistributables"]:
         assert all((inst / rel).read_text().startswith("NVIDIA Software License") for rel in e["license_files"])
-        assert {rel: lemonade.sha256(inst / rel) for rel in e["files"]} == e["files"]
+        assert {rel: file_sha256(inst / rel) for rel in e["files"]} == e["files"]
 
 
 def test_an_archive_never_ships_a_redistributable_without_its_license(tmp_path, licenses):
@@ -226,7 +227,7 @@ def test_an_archive_never_ships_a_redistributable_without_its_license(tmp_path, 
     (prefix / "libexec/onebit/cuda/share/licenses/nvidia-cublas/License.txt").unlink()
     with pytest.raises(OnebitError, match=r"redistributables.json names share/licenses/nvidia-cublas/License.txt "
                                           r"\(nvidia-cublas\), which is not there"):
-        lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=SETTINGS)
+        lemonade_archives.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=SETTINGS)
     # and an archive made some other way is caught by the contract check
     from builders.io import tarball
     sub = prefix / "libexec/onebit/cuda"
@@ -234,7 +235,7 @@ def test_an_archive_never_ships_a_redistributable_without_its_license(tmp_path, 
                                                              toolchain.REDISTRIBUTABLES)}
     entries.update({name: tarball.Entry(src=path) for name, path in licenses.items()})
     bad = tarball.write(tmp_path / "llama-v2026.48-ubuntu-cuda-sm_90-x64.tar.xz", "top", entries, mtime=MTIME)
-    problems = lemonade.contract_problems(bad)
+    problems = lemonade_archives.contract_problems(bad)
     assert any("names lib/libcudart.so.13 (nvidia-cuda-runtime), which is not there" in p for p in problems)
     assert any("names share/licenses/nvidia-cublas/License.txt" in p for p in problems)
 
@@ -242,12 +243,12 @@ def test_an_archive_never_ships_a_redistributable_without_its_license(tmp_path, 
 def test_the_rocm_and_cuda_archives_need_their_names_configured(tmp_path, licenses):
     prefix = build_prefix(tmp_path, ("lean-rocm",))
     with pytest.raises(OnebitError, match="TheRock major.minor"):
-        lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=lemonade.Settings())
+        lemonade_archives.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=lemonade.Settings())
     prefix = build_prefix(tmp_path / "c", ("cuda",))
     with pytest.raises(OnebitError, match="none is configured"):
-        lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=lemonade.Settings())
+        lemonade_archives.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME, settings=lemonade.Settings())
     with pytest.raises(OnebitError, match="no download repository for Lemonade's cpu backend"):
-        lemonade.fragment(lemonade.Settings(), TAG, [tmp_path / "llama-v2026.48-bin-ubuntu-x64.tar.gz"])
+        lemonade_archives.fragment(lemonade.Settings(), TAG, [tmp_path / "llama-v2026.48-bin-ubuntu-x64.tar.gz"])
 
 
 RELEASE_YAML = """repo: o/r
@@ -299,7 +300,7 @@ def test_two_servers_refused(tmp_path, licenses):
     prefix = build_prefix(tmp_path, ("cpu",))
     (prefix / "libexec/onebit/cpu/lib/llama-server").write_text("x")
     with pytest.raises(OnebitError, match="exactly one llama-server"):
-        lemonade.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME)
+        lemonade_archives.make_archives(prefix, tmp_path / "out", TAG, licenses, mtime=MTIME)
 
 
 def test_contract_problems_on_a_bad_archive(tmp_path):
@@ -307,7 +308,7 @@ def test_contract_problems_on_a_bad_archive(tmp_path):
     (tmp_path / "s").write_text("x")
     bad = tarball.write(tmp_path / "bad.tar.gz", "top", {"a/llama-server": tarball.Entry(src=tmp_path / "s"),
                                                          "b/llama-server": tarball.Entry(src=tmp_path / "s")}, mtime=0)
-    problems = lemonade.contract_problems(bad)
+    problems = lemonade_archives.contract_problems(bad)
     assert any("2 files named llama-server" in p for p in problems)
     assert any("no LICENSE" in p for p in problems) and any("no NOTICE" in p for p in problems)
 
@@ -319,9 +320,9 @@ def test_contract_problems_on_a_bad_archive(tmp_path):
 def release(tmp_path, licenses):
     prefix = build_prefix(tmp_path)
     out = tmp_path / "release"
-    made = lemonade.make_archives(prefix, out, TAG, licenses, mtime=MTIME, settings=SETTINGS)
-    (out / "backend_versions.json").write_text(json.dumps(lemonade.fragment(SETTINGS, TAG, [p for *_, p in made])))
-    (out / "SHA256SUMS").write_text("".join(f"{lemonade.sha256(p)}  {p.name}\n" for *_, p in made))
+    made = lemonade_archives.make_archives(prefix, out, TAG, licenses, mtime=MTIME, settings=SETTINGS)
+    (out / "backend_versions.json").write_text(json.dumps(lemonade_archives.fragment(SETTINGS, TAG, [p for *_, p in made])))
+    (out / "SHA256SUMS").write_text("".join(f"{file_sha256(p)}  {p.name}\n" for *_, p in made))
     return {b: p for _, b, p in made} | {"dir": out}
 
 
@@ -357,10 +358,10 @@ def test_install_with_sums_and_overrides(tmp_path, release):
 
 def test_checksum_mismatch_installs_nothing(tmp_path, release, capsys):
     cache = tmp_path / "c"
-    lemonade.install(release["cpu"], cache)
+    lemonade_install.install(release["cpu"], cache)
     before = (cache / "bin/llamacpp/cpu/bin/llama-server").read_bytes()
     sums = release["dir"] / "SHA256SUMS"
-    sums.write_text(sums.read_text().replace(lemonade.sha256(release["cpu"]), "0" * 64))
+    sums.write_text(sums.read_text().replace(file_sha256(release["cpu"]), "0" * 64))
     assert main(["lemonade", "install", str(release["cpu"]), "--cache", str(cache), "--sums", str(sums)]) == 2
     assert "does not match" in capsys.readouterr().err
     assert (cache / "bin/llamacpp/cpu/bin/llama-server").read_bytes() == before
@@ -369,8 +370,8 @@ def test_checksum_mismatch_installs_nothing(tmp_path, release, capsys):
 
 def test_an_error_while_unpacking_keeps_the_previous_install(tmp_path, release, monkeypatch):
     cache = tmp_path / "c"
-    lemonade.install(release["cpu"], cache, tag="v2026.47")
-    real = lemonade.shutil.copyfileobj
+    lemonade_install.install(release["cpu"], cache, tag="v2026.47")
+    real = lemonade_install.shutil.copyfileobj
     calls = []
 
     def interrupt(src, dst, *a):
@@ -379,9 +380,9 @@ def test_an_error_while_unpacking_keeps_the_previous_install(tmp_path, release, 
             raise KeyboardInterrupt
         return real(src, dst, *a)
 
-    monkeypatch.setattr(lemonade.shutil, "copyfileobj", interrupt)
+    monkeypatch.setattr(lemonade_install.shutil, "copyfileobj", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        lemonade.install(release["cpu"], cache)
+        lemonade_install.install(release["cpu"], cache)
     monkeypatch.undo()
     assert (cache / "bin/llamacpp/cpu/version.txt").read_text() == "v2026.47"
     assert (cache / "bin/llamacpp/cpu/bin/llama-server").is_file()
@@ -403,7 +404,7 @@ def test_bad_members_refused(tmp_path, member, kind):
             tar.addfile(ti, io.BytesIO(b""))
     cache = tmp_path / "c"
     with pytest.raises(OnebitError, match="nothing was installed"):
-        lemonade.install(arc, cache, tag=TAG)
+        lemonade_install.install(arc, cache, tag=TAG)
     assert not (cache / "bin/llamacpp/cpu").exists()
     assert not (tmp_path / "evil").exists()
 

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from builders.project.config import file_sha256
+from builders.errors import OnebitError
 from builders.io import swap, tarball
 from builders.cli import main
-from builders.release import lemonade
+from builders.release import lemonade, lemonade_archives, lemonade_config, lemonade_install
 
 OLD, NEW = "v2026.47", "v2026.48"
 
@@ -36,7 +38,7 @@ def archive(out: Path, tag: str, files: dict[str, bytes], backend: str = "cpu") 
 
 
 def sums(out: Path, *archives: Path, wrong: Path | None = None) -> Path:
-    text = "".join(f"{'0' * 64 if a == wrong else lemonade.sha256(a)}  {a.name}\n" for a in archives)
+    text = "".join(f"{'0' * 64 if a == wrong else file_sha256(a)}  {a.name}\n" for a in archives)
     (out / "SHA256SUMS").write_text(text)
     return out / "SHA256SUMS"
 
@@ -306,7 +308,7 @@ def test_a_broken_config_is_refused_before_anything_is_swapped(tmp_path, two, ca
 
 
 def _fragment(out: Path, *archives: Path) -> Path:
-    frag = lemonade.fragment(lemonade.Settings(repos={"cpu": "o/r", "vulkan": "o/r"}), NEW, archives)
+    frag = lemonade_archives.fragment(lemonade.Settings(repos={"cpu": "o/r", "vulkan": "o/r"}), NEW, archives)
     (out / "backend_versions.json").write_text(json.dumps(frag))
     return out / "backend_versions.json"
 
@@ -315,11 +317,11 @@ def test_what_is_unpacked_is_what_was_verified(tmp_path, monkeypatch):
     """An archive swapped for another between the check and the unpack is refused: the unpack hashes what it reads."""
     out = tmp_path / "rel"
     good = archive(out, NEW, files_of("good"))
-    checked = lemonade.check(good, sha=lemonade.sha256(good))
+    checked = lemonade_install.check(good, sha=file_sha256(good))
     evil = archive(tmp_path / "evil", NEW, files_of("evil"))
     shutil.copyfile(evil, good)
-    with pytest.raises(lemonade.OnebitError, match="changed while it was being installed"):
-        lemonade.install_all([checked], tmp_path / "cache")
+    with pytest.raises(OnebitError, match="changed while it was being installed"):
+        lemonade_install.install_all([checked], tmp_path / "cache")
     assert not (tmp_path / "cache/bin/llamacpp/cpu").exists()
     assert sorted(p.name for p in (tmp_path / "cache/bin/llamacpp").iterdir()) == []
     assert hashlib.sha256(good.read_bytes()).hexdigest() != checked.sha
@@ -340,7 +342,7 @@ def test_what_is_unpacked_is_what_was_verified(tmp_path, monkeypatch):
     (["top/", "other/"], 0),
 ])
 def test_strip_components(listing, strip):
-    assert lemonade.strip_components((n, n.endswith("/")) for n in listing) == strip
+    assert lemonade_install.strip_components((n, n.endswith("/")) for n in listing) == strip
 
 
 @pytest.mark.parametrize("layout", ["top", "dot", "flat"])
@@ -355,7 +357,7 @@ def test_the_install_lands_where_gnu_tar_puts_it(tmp_path, layout):
     where, what = {"top": (src.parent, ["llama"]), "dot": (src, ["."]), "flat": (src, ["bin", "lib"])}[layout]
     subprocess.run(["tar", "czf", arc, "-C", where, *what], check=True)
     listing = subprocess.run(["tar", "-tf", arc], check=True, capture_output=True, text=True).stdout.split()
-    strip = lemonade.strip_components((n, n.endswith("/")) for n in listing)
+    strip = lemonade_install.strip_components((n, n.endswith("/")) for n in listing)
     by_tar = tmp_path / "by-tar"
     by_tar.mkdir()
     subprocess.run(["tar", "-xf", arc, "-C", by_tar, f"--strip-components={strip}", "--no-same-owner"], check=True)
@@ -372,7 +374,7 @@ def test_the_install_lands_where_gnu_tar_puts_it(tmp_path, layout):
     ({"STATE_DIRECTORY": "/s", "HOME": "/h"}, "/c", "/c"),  # `lemond /c`: a cache folder and no config folder
 ])
 def test_config_dir(env, cache, expected):
-    assert lemonade.config_dir(env, cache=Path(cache) if cache else None) == Path(expected)
+    assert lemonade_config.config_dir(env, cache=Path(cache) if cache else None) == Path(expected)
 
 
 PIN = {("llamacpp", "cpu_bin"): "v2026.48"}
@@ -388,8 +390,8 @@ PIN = {("llamacpp", "cpu_bin"): "v2026.48"}
     ('{"port": 8000}', '{"port": 8000, "llamacpp": {"cpu_bin": "v2026.48"}}'),
 ])
 def test_with_pins_keeps_the_files_format(before, after):
-    assert lemonade.with_pins(before, PIN) == after
-    assert lemonade.with_pins(after, PIN) == after
+    assert lemonade_config.with_pins(before, PIN) == after
+    assert lemonade_config.with_pins(after, PIN) == after
 
 
 @pytest.mark.parametrize("text, match", [
@@ -404,8 +406,8 @@ def test_with_pins_keeps_the_files_format(before, after):
     ('{"\\udfff": 1}', r"holds a lone surrogate \(\\udfff\)"),
 ])
 def test_with_pins_refuses(text, match):
-    with pytest.raises(lemonade.OnebitError, match=match):
-        lemonade.with_pins(text, PIN)
+    with pytest.raises(OnebitError, match=match):
+        lemonade_config.with_pins(text, PIN)
 
 
 @pytest.mark.parametrize("text", ['{"ctx_size": 1e400}\n', '{"name": "\\ud800"}\n', b'{"a": "\xff"}\n'])
@@ -456,8 +458,8 @@ def test_installs_into_two_caches_sharing_one_config_keep_both_pins(tmp_path, tw
     done: list = []
 
     def second():
-        checked = lemonade.check(vulkan, sha=lemonade.sha256(vulkan))
-        done.append(lemonade.install_all([checked], tmp_path / "cache2", config=conf,
+        checked = lemonade_install.check(vulkan, sha=file_sha256(vulkan))
+        done.append(lemonade_install.install_all([checked], tmp_path / "cache2", config=conf,
                                          say=lambda m: waiting.set() if "waiting for" in m else None))
 
     with lock.hold(conf / "config.json", "Lemonade config"):  # the lock beside the file: config.json.lock
@@ -466,7 +468,8 @@ def test_installs_into_two_caches_sharing_one_config_keep_both_pins(tmp_path, tw
         while t.is_alive() and not waiting.is_set():
             waiting.wait(0.05)
         assert waiting.is_set()  # the second install waits for the config, although its cache is another one
-        first = lemonade.check(cpu, sha=lemonade.sha256(cpu))
-        lemonade.record_pins(conf, {lemonade.bin_key(first.recipe, first.backend): first.tag})  # as the first install does
+        first = lemonade_install.check(cpu, sha=file_sha256(cpu))
+        # as the first install does
+        lemonade_config.record_pins(conf, {lemonade_config.bin_key(first.recipe, first.backend): first.tag})
     t.join()
     assert done and json.loads((conf / "config.json").read_text()) == {"llamacpp": {"cpu_bin": NEW, "vulkan_bin": NEW}}

@@ -8,7 +8,7 @@ reads the refusal). The lifecycle: start `<onebit_bin> serve ...` (:127, Process
 SIGTERM then SIGKILL after a grace (:132, ProcessManager::stop_process), and nothing may be left running. The version
 read is `1bit version`, everything it prints, the text after the first space, newlines cut (:63-73).
 
-The onebit rows of the release fragment (builders/release/lemonade.py onebit_rows) are checked against the support
+The onebit rows of the release fragment (builders/release/lemonade_onebit.py onebit_rows) are checked against the support
 rows patch 0001 gives the fork's descriptor, for the bundles this repository defines.
 """
 from __future__ import annotations
@@ -262,13 +262,13 @@ def planned_manifests(tmp_path: Path) -> dict:
 
 
 def test_the_fragment_rows_are_the_forks_support_rows(tmp_path):
-    from builders.release import lemonade
+    from builders.release import lemonade_onebit
 
-    rows = lemonade.onebit_rows(planned_manifests(tmp_path), "2026.49")
-    support = rows[lemonade.ONEBIT_SUPPORT]
+    rows = lemonade_onebit.onebit_rows(planned_manifests(tmp_path), "2026.49")
+    support = rows[lemonade_onebit.ONEBIT_SUPPORT]
     # every bundle serves the cpu device: no host is left without a onebit backend (no disable_model_filtering)
     assert set(support["cpu"]["bundles"]) == set(config_bundles()) and support["cpu"]["families"] == {"cpu": ["x86_64"]}
-    assert rows[lemonade.ONEBIT] == {d: "2026.49" for d in support}
+    assert rows[lemonade_onebit.ONEBIT] == {d: "2026.49" for d in support}
     fork = patch_support_rows()
     for device, row in support.items():
         assert fork.get(device) == row["families"], f"patch 0001's {device} row differs from the fragment's"
@@ -291,12 +291,12 @@ def config_bundles() -> list[str]:
     (["npu", "cpu"], {"cpu": ("CPU",)}),  # the NPU backend ships the driver, no program to serve with
 ])
 def test_onebit_devices_from_a_manifest(tmp_path, backends, want):
-    from builders.release import lemonade
+    from builders.release import lemonade_onebit
     from onebit.manifest import load_manifest
     from serve_fixtures import write_manifest
 
     path = write_manifest(tmp_path, backends, layout="per-backend")
-    assert lemonade.onebit_devices(load_manifest(path)) == want
+    assert lemonade_onebit.onebit_devices(load_manifest(path)) == want
 
 
 if __name__ == "__main__":

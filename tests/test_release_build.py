@@ -15,7 +15,7 @@ from mini_project import git, make_mini
 
 from builders.cli import main
 from builders.ship import repro
-from builders.release import lemonade
+from builders.release import lemonade_archives
 
 TAG = "v2026.48"
 
@@ -80,7 +80,7 @@ def test_two_release_builds_are_byte_identical(mini, tmp_path, monkeypatch):
     assert (a / "SHA256SUMS").read_text() == (b / "SHA256SUMS").read_text()
     assert os.path.getsize(a / "sbom.cdx.json") > 0
     assert f"llama-{TAG}-bin-ubuntu-x64.tar.gz" in names
-    assert lemonade.contract_problems(a / f"llama-{TAG}-bin-ubuntu-x64.tar.gz") == []
+    assert lemonade_archives.contract_problems(a / f"llama-{TAG}-bin-ubuntu-x64.tar.gz") == []
     # every .conda carries its upstream's license under info/licenses/
     for conda in (a / n for n in names if n.startswith("onebit-hello")):
         with zipfile.ZipFile(conda) as z:

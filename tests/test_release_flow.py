@@ -10,8 +10,9 @@ import pytest
 from test_lemonade import build_prefix
 from test_release_changes import commit, git
 
+from builders.project.config import file_sha256
 from builders.errors import OnebitError
-from builders.release import flow, lemonade
+from builders.release import flow, lemonade, lemonade_archives
 from builders.io import tarball as tarballs
 
 TAG = "v2026.48"
@@ -68,7 +69,7 @@ def test_release_directory(world, tmp_path):
                      "sbom.cdx.json", "SHA256SUMS"]
     sums = dict(reversed(line.split("  ")) for line in (out / "SHA256SUMS").read_text().splitlines())
     assert set(sums) == set(names) - {"SHA256SUMS"}
-    assert all(sums[n] == lemonade.sha256(out / n) for n in sums)
+    assert all(sums[n] == file_sha256(out / n) for n in sums)
     members = {m.name: (m, data) for m, data in tarballs.members(out / "1bit-v2026.48-linux-x86_64.tar.zst")}
     top = "1bit-v2026.48-linux-x86_64"
     assert {n.split("/")[0] for n in members} == {top}
@@ -76,7 +77,7 @@ def test_release_directory(world, tmp_path):
     assert members[f"{top}/licenses/llama.cpp/LICENSE"][1] == b"MIT License\n"
     link = members[f"{top}/bin/llama-server-cpu"][0]
     assert link.issym() and link.linkname == "../libexec/onebit/cpu/bin/llama-server"
-    assert lemonade.contract_problems(out / "llama-v2026.48-bin-ubuntu-x64.tar.gz") == []
+    assert lemonade_archives.contract_problems(out / "llama-v2026.48-bin-ubuntu-x64.tar.gz") == []
     with tarfile.open(out / "llama-v2026.48-bin-ubuntu-x64.tar.gz") as tar:
         assert "llama-v2026.48-bin-ubuntu-x64/licenses/llama.cpp/LICENSE" in tar.getnames()
     frag = json.loads((out / "backend_versions.json").read_text())
@@ -129,7 +130,7 @@ def test_the_cuda_runtime_ships_licensed_and_named_in_every_asset(world, tmp_pat
     members = {m.name for m, _ in tarballs.members(out / f"{top}.tar.zst")}
     assert {f"{top}/libexec/onebit/cuda/{lic}", f"{top}/libexec/onebit/cuda/lib/libcublasLt.so.13"} <= members
     archive = out / "llama-v2026.48-ubuntu-cuda-sm_90-x64.tar.xz"
-    assert lemonade.contract_problems(archive) == []
+    assert lemonade_archives.contract_problems(archive) == []
     with tarfile.open(archive) as tar:
         assert f"llama-v2026.48-ubuntu-cuda-sm_90-x64/{lic}" in tar.getnames()
     bom = json.loads((out / "sbom.cdx.json").read_text())

@@ -23,6 +23,7 @@ from builders.inputs import companions, host
 from builders.project import config
 from builders.roots import debs, sandbox
 from builders import fresh
+from builders.roots import clean
 from builders.cli import main
 from builders.execute import Executor
 from builders.plan import all_tools, make_plan
@@ -295,7 +296,7 @@ def test_nox_fresh_runs_the_readme_as_a_root_that_is_no_one_on_the_host(tmp_path
     package with apt (which needs its _apt user and other owners): the attacks all fail, apt works."""
     if shutil.which("mmdebstrap") is None or sandbox.why_ids_unavailable():
         pytest.fail(f"this test needs mmdebstrap and the id-ranged sandbox: {sandbox.why_ids_unavailable()}")
-    mirror = fresh.debian_mirror(os.environ, debs.host_sources())
+    mirror = clean.debian_mirror(os.environ, debs.host_sources())
     if mirror is None:
         pytest.skip(f"no Debian archive in this host's apt sources and no {debs.MIRROR_ENV}")
     project = tmp_path / "checkout"

@@ -22,11 +22,12 @@ import pytest
 import zstandard
 from test_release_flow import run, world  # noqa: F401  (world is a fixture)
 
+from builders.project.config import file_sha256
 from builders.io import archives, tarball
 from builders.inputs import toolchain
 from builders.cli import main
 from builders.errors import FetchError, OnebitError
-from builders.release import lemonade
+from builders.release import lemonade_install
 
 TOP = "onebit-cpu"
 
@@ -207,7 +208,7 @@ def test_a_lemonade_archive_with_a_link_installs_nothing(tmp_path, capsys):
     assert f"{arc.name}: member '{top}/lib' is a link; nothing was installed" in err and "Traceback" not in err
     assert not cache.exists() and _snapshot(outside) == {"victim.txt": b"kept\n"}
     with pytest.raises(OnebitError, match="is a link; nothing was installed"):
-        lemonade.check(arc, sha=lemonade.sha256(arc))
+        lemonade_install.check(arc, sha=file_sha256(arc))
 
 
 # ---- the unpacker's own decisions ------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import yaml
 
 from ..io import gitcmd
 from ..errors import OnebitError
-from . import changes, lemonade, notes, sbom
+from . import changes, lemonade, lemonade_archives, lemonade_onebit, notes, sbom
 from . import tag as tags
 from ..ship import package
 from ..io import tarball
@@ -157,13 +157,13 @@ def assemble(*, root: Path, out: Path, tag: str, previous_tag: str | None, date:
             arch = next((p["cuda_arch"] for p in (b.params or {}).values() if p.get("cuda_arch")), None)
             settings = dataclasses.replace(config.lemonade, cuda_arch=(arch,)) if arch else config.lemonade
             manifest = json.loads((prefixes[b.name] / "share/onebit/manifest.json").read_text())
-            onebit[b.name] = (lemonade.onebit_manifest(manifest), settings.cuda_arch)
-            for _, backend, archive in lemonade.make_archives(prefixes[b.name], tmp / "lemonade" / b.name, tag, lic,
-                                                              mtime=mtime, settings=settings):
+            onebit[b.name] = (lemonade_onebit.onebit_manifest(manifest), settings.cuda_arch)
+            for _, backend, archive in lemonade_archives.make_archives(prefixes[b.name], tmp / "lemonade" / b.name, tag, lic,
+                                                                       mtime=mtime, settings=settings):
                 backends[archive.name] = _place(archive, rel)
         if backends or onebit:
-            frag = lemonade.fragment(config.lemonade, tag, backends.values()) if backends else {}
-            frag.update(lemonade.onebit_rows(onebit, tags.version(tag)))
+            frag = lemonade_archives.fragment(config.lemonade, tag, backends.values()) if backends else {}
+            frag.update(lemonade_onebit.onebit_rows(onebit, tags.version(tag)))
             (rel / "backend_versions.json").write_text(json.dumps(frag, indent=2) + "\n")
         patches = {}
         for recipe in sorted((root / "recipes").glob("*.yaml")):

@@ -18,26 +18,26 @@ def _say(text: str) -> None:
 
 
 def cmd_install(args) -> int:
-    from . import lemonade
+    from . import lemonade_config, lemonade_install
 
     if not (args.fragment or args.sums or args.no_verify):
         raise OnebitError("nothing to verify the archives against; nothing was installed",
                           hint="pass --sums SHA256SUMS or --fragment backend_versions.json from the same release "
                                "(or --no-verify to install unverified archives)")
-    cache = Path(args.lemonade_cache) if args.lemonade_cache else lemonade.cache_dir()
+    cache = Path(args.lemonade_cache) if args.lemonade_cache else lemonade_install.cache_dir()
     if args.config:
         config = Path(args.config)
     else:
-        config = lemonade.config_dir(cache=Path(args.lemonade_cache) if args.lemonade_cache else None)
+        config = lemonade_config.config_dir(cache=Path(args.lemonade_cache) if args.lemonade_cache else None)
     fragment = Path(args.fragment) if args.fragment else None
     sums = Path(args.sums) if args.sums else None
     checked = []
     for archive in (Path(a) for a in args.archives):  # every archive is verified before anything is written
         if not archive.is_file():
             raise OnebitError(f"{archive}: no such archive; nothing was installed")
-        sha = None if args.no_verify else lemonade.expected_sha(archive.name, fragment_path=fragment, sums_path=sums)
-        checked.append(lemonade.check(archive, recipe=args.recipe, backend=args.backend, tag=args.tag, sha=sha))
-    targets = lemonade.install_all(checked, cache, config=config, pin=not args.no_pin, say=_say)
+        sha = None if args.no_verify else lemonade_install.expected_sha(archive.name, fragment_path=fragment, sums_path=sums)
+        checked.append(lemonade_install.check(archive, recipe=args.recipe, backend=args.backend, tag=args.tag, sha=sha))
+    targets = lemonade_install.install_all(checked, cache, config=config, pin=not args.no_pin, say=_say)
     for c, target in zip(checked, targets):
         _say(f"installed {c.archive.name} -> {target} ({c.tag}{'' if args.no_verify else ', sha256 verified'})")
     return 0
@@ -45,7 +45,7 @@ def cmd_install(args) -> int:
 
 def cmd_fragment(args) -> int:
     from ..project import yamlio
-    from . import lemonade
+    from . import lemonade, lemonade_archives
 
     if args.repo:
         if not lemonade.REPO_RE.fullmatch(args.repo):
@@ -61,7 +61,7 @@ def cmd_fragment(args) -> int:
     tags = {lemonade.parse_name(a.name).tag for a in archives}
     if len(tags) != 1:
         raise OnebitError(f"the archives carry {len(tags)} tags ({', '.join(sorted(tags))}); a fragment is for one release")
-    text = json.dumps(lemonade.fragment(settings, tags.pop(), archives), indent=2) + "\n"
+    text = json.dumps(lemonade_archives.fragment(settings, tags.pop(), archives), indent=2) + "\n"
     if args.out:
         from ..io.swap import write_text_atomic
 
@@ -73,7 +73,7 @@ def cmd_fragment(args) -> int:
 
 
 def register(sub) -> None:
-    from .lemonade import LIMITS
+    from .lemonade_install import LIMITS
 
     s = sub.add_parser("lemonade", help="Lemonade backends: install release archives offline into Lemonade's cache")
     lsub = s.add_subparsers(dest="lemonade_command", required=True, metavar="ACTION")
