@@ -33,7 +33,7 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from load_client import run_load, summary  # noqa: E402
+from load_client import healthy, run_load, summary  # noqa: E402
 
 
 def free_port() -> int:
@@ -43,17 +43,9 @@ def free_port() -> int:
 
 
 async def wait_ready(url: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as s:
-        while time.monotonic() < deadline:
-            try:
-                async with s.get(url + "/health") as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise SystemExit(f"bench: {url} never became ready")
+        if not await healthy(s, url, timeout=timeout, pause=0.2):
+            raise SystemExit(f"bench: {url} never became ready")
 
 
 def rss_kib(pid: int) -> dict[str, int]:

@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
+from .digest import file_sha256
 from .errors import ServeError
 
 CLASSES = ("code", "prose", "short")
@@ -216,14 +217,6 @@ def default_model_dir(prefix: Path, env: Mapping[str, str]) -> Path:
     return prefix / CHECKPOINT_RELPATH
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify_checkpoint(model_dir: Path, files: Mapping[str, str]) -> None:
     """Every pinned file present with its pinned sha256, or LayaError naming the first that is not."""
     if not model_dir.is_dir():
@@ -234,7 +227,7 @@ def verify_checkpoint(model_dir: Path, files: Mapping[str, str]) -> None:
         if not p.is_file():
             raise LayaError(f"Laya checkpoint {model_dir} lacks {rel} (pinned in pins.yaml laya.companions); "
                             "fetch the pinned revision again")
-        got = _sha256(p)
+        got = file_sha256(p)
         if got != want:
             raise LayaError(f"{p}: sha256 {got[:12]}… is not the pinned {want[:12]}… (pins.yaml laya.companions); "
                             "fetch the pinned revision again")

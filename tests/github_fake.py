@@ -17,8 +17,10 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlencode, urlparse
+
+from http_fixtures import QuietHandler
 
 REPO = "1bit-MONSTER/1bit-engine"
 TOKEN = "t0ken"
@@ -57,18 +59,9 @@ class Fake:
         self.ids: dict[str, int] = {}
         fake = self
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
+        class H(QuietHandler):
             def reply(self, status, payload=None, raw=None, headers=None):
-                data = raw if raw is not None else json.dumps(payload).encode()
-                self.send_response(status)
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer(status, raw if raw is not None else json.dumps(payload).encode(), headers)
 
             def reset(self):
                 """Cut the connection with a TCP RST: the client sees 'connection reset by peer'."""

@@ -1,4 +1,5 @@
-"""A mixed chat load against a `1bit serve` proxy: used by tests/test_proxy_load.py and bench/bench_serve_load.py.
+"""A mixed chat load against a `1bit serve` proxy: used by tests/test_proxy_load.py and bench/bench_serve_load.py
+(and `healthy`, the wait for a proxy's /health, by the proxy tests too).
 
 Request i (of n, from `clients` concurrent clients) is long when i % long_every == 0 (its prompt reaches the long
 model's threshold), streamed when i % stream_every == 0, and alternates /v1/chat/completions and /completion.
@@ -22,6 +23,20 @@ import aiohttp
 
 LONG_WORDS = "the quick brown fox jumps over the lazy dog and keeps running far away "
 
+
+
+async def healthy(session: aiohttp.ClientSession, url: str, *, timeout: float = 10.0, pause: float = 0.02) -> bool:
+    """Ask url/health until it answers 200 (a request that fails counts as not yet): whether it did within timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            async with session.get(url + "/health") as r:
+                if r.status == 200:
+                    return True
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(pause)
+    return False
 
 @dataclass
 class Outcome:

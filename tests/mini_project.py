@@ -95,16 +95,22 @@ class Mini:
         return git(self.upstream, "rev-parse", "HEAD")
 
 
+def git_repo(path: Path, files: dict[str, str], message: str, tag: str | None = None) -> str:
+    """A new git repository at path (branch main) holding files in one commit, tagged `tag`: the commit."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    for name, text in files.items():
+        (path / name).write_text(text)
+    git(path, "add", ".")
+    git(path, "commit", "-qm", message)
+    if tag:
+        git(path, "tag", tag)
+    return git(path, "rev-parse", "HEAD")
+
+
 def make_mini(base: Path) -> Mini:
     upstream = base / "upstream"
-    upstream.mkdir(parents=True)
-    git(upstream, "init", "-q", "-b", "main")
-    for name, text in (("CMakeLists.txt", CMAKELISTS), ("greet.c", GREET_C), ("main.c", MAIN_C)):
-        (upstream / name).write_text(text)
-    git(upstream, "add", ".")
-    git(upstream, "commit", "-qm", "hello 1.0")
-    git(upstream, "tag", "v1.0")
-    commit = git(upstream, "rev-parse", "HEAD")
+    commit = git_repo(upstream, {"CMakeLists.txt": CMAKELISTS, "greet.c": GREET_C, "main.c": MAIN_C}, "hello 1.0", "v1.0")
 
     root = base / "project"
     (root / "recipes" / "patches" / "hello").mkdir(parents=True)
@@ -161,16 +167,33 @@ def make_mini(base: Path) -> Mini:
             run: [bin/hello]
             expect: "hello from onebit"
         """))
-    (root / "bundles" / "mini.yaml").write_text(textwrap.dedent("""\
+    write_bundle(root, "hello")
+    return Mini(root=root, upstream=upstream, commit=commit)
+
+
+def write_bundle(root: Path, recipe: str) -> None:
+    """bundles/mini.yaml: the mini bundle of one recipe."""
+    (root / "bundles" / "mini.yaml").write_text(textwrap.dedent(f"""\
         schema_version: 1
         name: mini
         summary: the mini bundle
         version: "1.0"
         platform: linux-64
         components:
-          - recipe: hello
+          - recipe: {recipe}
         """))
-    return Mini(root=root, upstream=upstream, commit=commit)
+
+
+def add_rooted(mini: Mini, root: str, root_yaml: str, **recipe_fields) -> None:
+    """The mini project built inside a pinned root: roots/<root>.yaml, the recipe `rooted` (the hello recipe on its
+    pin and patches, with recipe_fields) and the mini bundle of it alone."""
+    (mini.root / "roots").mkdir()
+    (mini.root / "roots" / f"{root}.yaml").write_text(root_yaml)
+    recipe = mini.recipe()
+    recipe.update(name="rooted", **recipe_fields)
+    recipe["source"].update(patch_dir="hello")
+    (mini.root / "recipes" / "rooted.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    write_bundle(mini.root, "rooted")
 
 
 def add_twin(mini: Mini, name: str = "hello2", backend: str | None = None, **build) -> None:

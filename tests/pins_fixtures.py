@@ -12,9 +12,11 @@ import sys
 import textwrap
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlencode, urlparse
+
+from http_fixtures import QuietHandler
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.invalid",
@@ -124,11 +126,8 @@ class FakeState:
         return [p for p in self.pulls if p.get("_created")]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     state: FakeState
-
-    def log_message(self, *a):  # quiet
-        pass
 
     @property
     def server_url(self) -> str:
@@ -136,13 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, payload=None, raw: bytes | None = None, headers: dict | None = None):
         data = raw if raw is not None else json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json" if raw is None else "application/octet-stream")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.answer(status, data, {"Content-Type": "application/json" if raw is None else "application/octet-stream",
+                                   **(headers or {})})
 
     def _body(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -374,3 +368,65 @@ def hostile_files(path: Path, oversize: int) -> dict:
             "directory": (directory, "is a directory, not a regular file"),
             "too_large": (too_large, f"is larger than {oversize} bytes"),
             "link": (link_to_a_report, "is a link (to "), }
+
+
+def branch_pin(name: str, url: str, commit: str) -> str:
+    """A pins.yaml entry (Project's pins_body) following branch main of url, pinned at commit."""
+    return f"""
+{name}:
+  url: {url}
+  policy: branch
+  branch: main
+  commit: {commit}
+  cadence: daily
+  license: MIT
+  mirrors: []
+"""
+
+
+
+def release_pin(name: str, url: str, tag: str, commit: str, license: str = "MIT") -> str:
+    """A pins.yaml entry (Project's pins_body) following url's releases, pinned at tag (its commit)."""
+    return f"""
+{name}:
+  url: {url}
+  policy: release
+  tag: {tag}
+  commit: {commit}
+  cadence: daily
+  license: {license}
+  mirrors: []
+"""
+
+def make_recipe(name: str, env: dict | None = None, options: dict | None = None) -> str:
+    """A recipe building `prog` of pin `name` with make (target cpu), its options (default: ARCH_FLAG and programs)
+    and build env."""
+    options = {"ARCH_FLAG": "-march=x86-64-v3", "programs": "prog"} if options is None else options
+    text = "".join(f"\n    {k}: {v}" for k, v in options.items())
+    env_text = "".join(f"\n    {k}: \"{v}\"" for k, v in (env or {}).items())
+    return textwrap.dedent(f"""\
+        schema_version: 1
+        name: {name}
+        summary: a make-built upstream
+        license: MIT
+        source:
+          pin: {name}
+        toolchain:
+          - {{tool: make}}
+        build:
+          kind: make
+          network: none
+          options:OPTIONS
+          targets: [cpu]
+        stage:
+          root: libexec/onebit/{{variant}}
+          keep: [bin/prog]
+          binaries:
+            prog: bin/prog
+        provides:
+          backend: null
+          adapter: ds4
+          devices: [CPU]
+          features: []
+        """).replace("options:OPTIONS", "options:" + text).replace(
+        "  options:", ("  env:" + env_text + "\n  options:") if env else "  options:")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from mini_project import git
+from mini_project import git, git_repo
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIM = ROOT / "tests" / "shims" / "shim.py"
@@ -328,16 +328,9 @@ def _toolchains(tc: Path) -> None:
 
 def make_fixture(base: Path) -> Fixture:
     up = base / "upstream"
-    up.mkdir(parents=True)
-    git(up, "init", "-q", "-b", "main")
     files = {"CMakeLists.txt": CMAKELISTS, "greet.c": GREET_C, "main.c": MAIN_C, "ds4.c": DS4_C, "Makefile": MAKEFILE,
              "LICENSE": "MIT License\n\nCopyright (c) the fixture upstream\n"}
-    for name, text in files.items():
-        (up / name).write_text(text)
-    git(up, "add", ".")
-    git(up, "commit", "-qm", "upstream 1.0")
-    git(up, "tag", "v1.0")
-    commit = git(up, "rev-parse", "HEAD")
+    commit = git_repo(up, files, "upstream 1.0", "v1.0")
 
     tc = base / "toolchains"
     _toolchains(tc)

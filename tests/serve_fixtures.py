@@ -18,6 +18,8 @@ import pytest
 
 from tiny_gguf import write_onebp, write_tiny_gguf
 
+from onebit.manifest import load_manifest
+
 HERE = Path(__file__).resolve().parent
 STUB = HERE / "stubs" / "llama_server_stub.py"
 SHA = "0" * 40
@@ -94,17 +96,29 @@ def write_manifest(prefix: Path, backends, *, bundle: str = "test", version: str
     return path
 
 
+def install_stub(path: Path) -> Path:
+    """The recording stub as an executable script at path (so it can be exec'd as any program)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{sys.executable}\n" + STUB.read_text())
+    path.chmod(0o755)
+    return path
+
+
 def write_stub_bundle(prefix: Path, backends=STRIX, **kw) -> Path:
-    """A bundle whose every llama-server is the recording stub (a script, so it can be exec'd)."""
-    binaries = {}
-    for b in backends:
-        rel = f"libexec/onebit/{b}/llama-server"
-        p = prefix / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(f"#!{sys.executable}\n" + STUB.read_text())
-        p.chmod(0o755)
-        binaries[b] = rel
+    """A bundle whose every llama-server is the recording stub."""
+    binaries = {b: f"libexec/onebit/{b}/llama-server" for b in backends}
+    for rel in binaries.values():
+        install_stub(prefix / rel)
     return write_manifest(prefix, backends, binaries=binaries, **kw)
+
+
+def bundle_maker(tmp_path_factory):
+    """make(name, backends, **write_manifest's options): the loaded Manifest of a per-backend bundle in a new folder."""
+    def make(name, backends, **kw):
+        p = tmp_path_factory.mktemp(name)
+        return load_manifest(write_manifest(p, backends, bundle=name, layout="per-backend", **kw))
+
+    return make
 
 
 @pytest.fixture(scope="session")
@@ -145,6 +159,45 @@ def wait_http(url: str, timeout: float = 30.0, status: int = 200) -> None:
             last = e
         time.sleep(0.1)
     raise TimeoutError(f"{url} did not answer {status} within {timeout}s (last: {last})")
+
+
+def _live_children() -> dict[int, list[int]]:
+    """Every live (not zombie) process under /proc, by its parent's pid."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                kids.setdefault(int(fields[1]), []).append(int(d.name))
+    return kids
+
+
+def children_of(pid: int) -> list[int]:
+    """The live children of pid."""
+    return _live_children().get(pid, [])
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process under pid: its children, theirs, and so on."""
+    kids = _live_children()
+    out, todo = set(), [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            if k not in out:
+                out.add(k)
+                todo.append(k)
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether pid is a live process (a zombie is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="session")

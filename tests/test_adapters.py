@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from serve_fixtures import STRIX, STUB, models, write_manifest  # noqa: F401  (models is a fixture)
+from serve_fixtures import STRIX, bundle_maker, install_stub, models, write_manifest  # noqa: F401  (models is a fixture)
 
 from onebit.adapters import ADAPTERS, _llama_devices, _zinc_devices, list_devices
 from onebit.inspect import inspect_model
@@ -24,10 +24,7 @@ SRC = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory):
-    def make(name, backends, **kw):
-        p = tmp_path_factory.mktemp(name)
-        return load_manifest(write_manifest(p, backends, bundle=name, layout="per-backend", **kw))
-
+    make = bundle_maker(tmp_path_factory)
     return {
         "strix": make("strix", STRIX, envs={"ds4": {"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}}),
         "ds4-cuda": make("ds4-cuda", ["ds4", "cuda"], devices={"ds4": ["CUDA0"]}),
@@ -240,16 +237,17 @@ def test_device_parsers():
 # --- a real launch: `1bit serve --device zinc` execs the recording stub as zinc ---------------------------------------
 
 
-def test_serve_execs_zinc_with_its_own_argv(models, tmp_path):
+def _zinc_stub_bundle(tmp_path):
+    """A per-backend bundle whose zinc is the recording stub: (its manifest, the folder the stub records into)."""
     prefix = tmp_path / "prefix"
-    rel = "libexec/onebit/zinc/bin/zinc"
-    p = prefix / rel
-    p.parent.mkdir(parents=True)
-    p.write_text(f"#!{sys.executable}\n" + STUB.read_text())
-    p.chmod(0o755)
-    manifest = write_manifest(prefix, ["zinc"], layout="per-backend")
+    install_stub(prefix / "libexec/onebit/zinc/bin/zinc")
     rec = tmp_path / "rec"
     rec.mkdir()
+    return write_manifest(prefix, ["zinc"], layout="per-backend"), rec
+
+
+def test_serve_execs_zinc_with_its_own_argv(models, tmp_path):
+    manifest, rec = _zinc_stub_bundle(tmp_path)
     env = {**os.environ, "ONEBIT_STUB_RECORD": str(rec), "PYTHONPATH": str(SRC)}
     serve = [sys.executable, "-m", "onebit.cli", "serve", "-m", str(models["dense"]), "--device", "zinc",
              "--port", "8123", "-c", "2048", "--manifest", str(manifest)]
@@ -339,14 +337,7 @@ def test_serve_runs_zinc_behind_the_proxy_under_an_alias(models, tmp_path):
     import requests
     from serve_fixtures import free_port, wait_http
 
-    prefix = tmp_path / "prefix"
-    p = prefix / "libexec/onebit/zinc/bin/zinc"
-    p.parent.mkdir(parents=True)
-    p.write_text(f"#!{sys.executable}\n" + STUB.read_text())
-    p.chmod(0o755)
-    manifest = write_manifest(prefix, ["zinc"], layout="per-backend")
-    rec = tmp_path / "rec"
-    rec.mkdir()
+    manifest, rec = _zinc_stub_bundle(tmp_path)
     port = free_port()
     env = {**os.environ, "ONEBIT_STUB_RECORD": str(rec), "ONEBIT_STUB_SERVE": "1", "PYTHONPATH": str(SRC)}
     serve = subprocess.Popen([sys.executable, "-m", "onebit.cli", "serve", "-m", str(models["dense"]), "--device",

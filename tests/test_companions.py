@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from http_fixtures import QuietHandler
 
 from builders.inputs import companions
 from builders.errors import FetchError
@@ -188,7 +189,7 @@ def test_host_cargo(tmp_path, where, environ, want):
     assert not any(p.endswith(".cargo") for p in got[1])
 
 
-class _Hub(http.server.BaseHTTPRequestHandler):
+class _Hub(QuietHandler):
     files: ClassVar[dict[str, bytes]] = {}
     hits: ClassVar[list[str]] = []
 
@@ -199,13 +200,7 @@ class _Hub(http.server.BaseHTTPRequestHandler):
             self.send_response(404)
             self.end_headers()
             return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
+        self.answer(200, body)
 
 
 @pytest.fixture

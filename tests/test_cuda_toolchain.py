@@ -25,7 +25,7 @@ from builders.errors import StageError
 from builders.ship.install import install_bundle
 from builders.plan import make_plan
 from builders.plan_types import Layout, RuntimeData
-from mini_project import git
+from mini_project import git_repo
 from test_plan import facts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -236,13 +236,7 @@ extern "C" int gemm_probe(void) {
 
 def mini_cuda_project(base: Path) -> Path:
     upstream = base / "upstream"
-    upstream.mkdir(parents=True)
-    git(upstream, "init", "-q", "-b", "main")
-    for name, text in (("CMakeLists.txt", MINI_CMAKE), ("where.cuh", MINI_WHERE), ("gemm.cu", MINI_GEMM)):
-        (upstream / name).write_text(text)
-    git(upstream, "add", ".")
-    git(upstream, "commit", "-qm", "minicuda 1.0")
-    commit = git(upstream, "rev-parse", "HEAD")
+    commit = git_repo(upstream, {"CMakeLists.txt": MINI_CMAKE, "where.cuh": MINI_WHERE, "gemm.cu": MINI_GEMM}, "minicuda 1.0")
     root = base / "project"
     (root / "recipes").mkdir(parents=True)
     (root / "bundles").mkdir()

@@ -20,6 +20,7 @@ import sys
 import aiohttp
 import pytest
 from aiohttp import web
+from load_client import healthy
 from serve_fixtures import free_port, start_app, write_stub_bundle
 from tiny_gguf import write_tiny_gguf
 
@@ -276,14 +277,7 @@ async def _with_proxy(body, **kw):
     task = asyncio.create_task(serve_forever(proxy, bind, port, stop))
     try:
         async with aiohttp.ClientSession() as s:
-            for _ in range(250):
-                try:
-                    async with s.get(f"http://127.0.0.1:{port}/health") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.02)
+            await healthy(s, f"http://127.0.0.1:{port}")
             return await body(s, port)
     finally:
         stop.set()

@@ -14,7 +14,7 @@ from builders.pins.__main__ import main
 from builders.pins.flags import CompileLine, Decl, MakeRun, MakeSide, Row
 from builders.plan_types import Command
 from builders.roots.root import Root
-from pins_fixtures import FakeAPI, Project, Upstream, git
+from pins_fixtures import FakeAPI, Project, Upstream, branch_pin, git, make_recipe
 
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is part of the build toolchain (apt make)")
 
@@ -300,37 +300,6 @@ prog: main.o util.o
 SOURCES = {"main.c": "int main(void) { return 0; }\n", "util.c": "int util(void) { return 1; }\n"}
 
 
-def make_recipe(name: str, env: dict | None = None) -> str:
-    env_text = "".join(f"\n    {k}: \"{v}\"" for k, v in (env or {}).items())
-    return textwrap.dedent(f"""\
-        schema_version: 1
-        name: {name}
-        summary: a make-built upstream
-        license: MIT
-        source:
-          pin: {name}
-        toolchain:
-          - {{tool: make}}
-        build:
-          kind: make
-          network: none
-          options:
-            ARCH_FLAG: -march=x86-64-v3
-            programs: prog
-          targets: [cpu]
-        stage:
-          root: libexec/onebit/{{variant}}
-          keep: [bin/prog]
-          binaries:
-            prog: bin/prog
-        provides:
-          backend: null
-          adapter: ds4
-          devices: [CPU]
-          features: []
-        """).replace("  options:", ("  env:" + env_text + "\n  options:") if env else "  options:")
-
-
 def cmake_recipe(name: str, options: dict) -> str:
     opts = "".join(f"\n    {k}: {v}" for k, v in options.items())
     return textwrap.dedent(f"""\
@@ -382,23 +351,10 @@ provides:
 """
 
 
-def pin_entry(name: str, up: Upstream, commit: str) -> str:
-    return f"""
-    {name}:
-      url: {up.url}
-      policy: branch
-      branch: main
-      commit: {commit}
-      cadence: daily
-      license: MIT
-      mirrors: []
-    """
-
-
 def setup(tmp_path, name: str, recipe: str, files: dict[str, str]):
     up = Upstream(tmp_path / "up" / name)
     old = up.commit("old", files)
-    proj = Project(tmp_path, pin_entry(name, up, old), recipes={name: recipe})
+    proj = Project(tmp_path, branch_pin(name, up.url, old), recipes={name: recipe})
     return up, proj, old
 
 
@@ -522,7 +478,7 @@ def test_make_n_runs_in_its_sandbox_without_network_write_access_or_unbounded_me
         pytest.skip(sandbox.why_unavailable())
     up = Upstream(tmp_path / "up" / "dsx")
     old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
-    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    proj = Project(tmp_path, branch_pin("dsx", up.url, old), recipes={"dsx": make_recipe("dsx")})
     new = up.commit("hostile", {"Makefile": HOSTILE_MAKEFILE.replace("{src}", str(tmp_path))})
     [rep] = drift(proj, "dsx", up, old, new)
     flags_seen = {r.what for r in rep.rows}
@@ -539,7 +495,7 @@ def test_without_the_sandbox_make_is_not_run_and_the_bump_is_held(tmp_path, monk
 
     up = Upstream(tmp_path / "up" / "dsx")
     old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
-    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    proj = Project(tmp_path, branch_pin("dsx", up.url, old), recipes={"dsx": make_recipe("dsx")})
     new = up.commit("docs", {"README": "x\n"})
     monkeypatch.setattr(sandbox, "why_unavailable", lambda bwrap=sandbox.BWRAP: "bubblewrap (bwrap) is not installed")
     [rep] = drift(proj, "dsx", up, old, new)
@@ -603,7 +559,7 @@ def api(monkeypatch):
 def test_the_bot_holds_a_bump_whose_make_target_is_gone(tmp_path, api, capsys):
     up = Upstream(tmp_path / "antirez" / "dsx")
     old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
-    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    proj = Project(tmp_path, branch_pin("dsx", up.url, old), recipes={"dsx": make_recipe("dsx")})
     new = up.commit("rename cpu", {"Makefile": MAKEFILE_OLD.replace("cpu: prog", "native: prog")})
     before = proj.text()
     # a local bump does not move a held pin
@@ -631,7 +587,7 @@ def test_the_bot_holds_a_bump_whose_make_target_is_gone(tmp_path, api, capsys):
 def test_the_bot_proposes_a_matching_bump_with_its_report(tmp_path, api):
     up = Upstream(tmp_path / "antirez" / "dsx")
     old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
-    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    proj = Project(tmp_path, branch_pin("dsx", up.url, old), recipes={"dsx": make_recipe("dsx")})
     new = up.commit("upstream adds -fno-plt", {"Makefile": MAKEFILE_OLD.replace("WARN = -Wall", "WARN = -Wall -fno-plt")})
     assert main(["--root", str(proj.root), "bump", "--open-pr"]) == 0
     [pr] = api.state.opened()

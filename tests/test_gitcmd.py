@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -165,7 +166,7 @@ def test_a_checkout_and_a_folder_that_is_no_repository(tmp_path):
 
 def _run_bounded(args, limit=60, **kw):
     """gitcmd.run in a child process with a test-level timeout (the old gitcmd.run waited forever)."""
-    code = ("import sys, json; from builders import gitcmd, errors\n"
+    code = ("import sys, json; from builders import errors; from builders.io import gitcmd\n"
             "try:\n    p = gitcmd.run(json.loads(sys.argv[1]), **json.loads(sys.argv[2])); print('rc', p.returncode)\n"
             "except errors.OnebitError as e:\n    print('refused', e.what)\n")
     import json
@@ -191,11 +192,8 @@ def test_a_mirror_with_a_fifo_is_refused_before_git_runs(tmp_path):
         assert out.startswith("refused refused before git fetch ran: ") and "alternates is a FIFO" in out
 
 
-def test_a_git_past_its_deadline_is_killed_with_its_whole_group(tmp_path):
-    """A fetch from a repository whose commit is a loose object served through a FIFO (where the check before git
-    runs does not look): git and the upload-pack it started block on it; at the deadline both are killed and the
-    call is refused in one line."""
-    src = tmp_path / "src"
+def _commit_behind_a_fifo(src: Path) -> tuple[Path, str]:
+    """A repository whose one commit is a loose object served through a FIFO: git blocks reading it. (src, commit)"""
     src.mkdir()
     _plain_git(src, "init", "-q", "-b", "main")
     _plain_git(src, "commit", "-q", "--allow-empty", "-m", "x")
@@ -203,6 +201,14 @@ def test_a_git_past_its_deadline_is_killed_with_its_whole_group(tmp_path):
     loose = src / ".git" / "objects" / head[:2] / head[2:]
     loose.unlink()
     os.mkfifo(loose)
+    return src, head
+
+
+def test_a_git_past_its_deadline_is_killed_with_its_whole_group(tmp_path):
+    """A fetch from a repository whose commit is a loose object served through a FIFO (where the check before git
+    runs does not look): git and the upload-pack it started block on it; at the deadline both are killed and the
+    call is refused in one line."""
+    src, head = _commit_behind_a_fifo(tmp_path / "src")
     dst = _bare(tmp_path / "dst.git")
     out = _run_bounded(["--git-dir", dst, "fetch", "-q", src.as_uri(), "main"], timeout=2)
     assert out == (f"refused git fetch on {src.as_uri()} did not finish within 2 s: killed with every process it "
@@ -221,14 +227,7 @@ def _cmdline(pid: str) -> str:
 
 def test_the_plan_commands_git_runs_under_its_deadline(tmp_path):
     """The executor's argv for a plan's git command: at the deadline coreutils' timeout kills the group (exit 124)."""
-    src = tmp_path / "src"
-    src.mkdir()
-    _plain_git(src, "init", "-q", "-b", "main")
-    _plain_git(src, "commit", "-q", "--allow-empty", "-m", "x")
-    head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    loose = src / ".git" / "objects" / head[:2] / head[2:]
-    loose.unlink()
-    os.mkfifo(loose)
+    src, head = _commit_behind_a_fifo(tmp_path / "src")
     argv = gitcmd.bounded_argv(["--git-dir", str(src / ".git"), "worktree", "add", "--detach", str(tmp_path / "wt"), head],
                                timeout=2)
     assert argv[:3] == ["timeout", "--kill-after=10", "2"]

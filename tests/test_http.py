@@ -3,7 +3,7 @@ Hugging Face downloads of companions.py going through it against a real server o
 from __future__ import annotations
 
 import hashlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 import logging
 import socket
 import threading
@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import pytest
 import urllib3
+from http_fixtures import QuietHandler
 
 from builders.inputs import companions
 from builders.io import http
@@ -52,7 +53,7 @@ def test_what_is_retried(method, status, expected):
     assert http.Retry().is_retry(method, status) is expected
 
 
-class _Flaky(BaseHTTPRequestHandler):
+class _Flaky(QuietHandler):
     """Answers 503 to the first request for each path, then the file."""
     files: ClassVar[dict[str, bytes]] = {}
     seen: ClassVar[list[str]] = []
@@ -63,13 +64,7 @@ class _Flaky(BaseHTTPRequestHandler):
         body = self.files.get(self.path)
         status = 503 if first else (200 if body is not None else 404)
         data = b"busy" if first else (body or b"")
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
+        self.answer(status, data)
 
 
 @pytest.fixture
@@ -135,21 +130,12 @@ def test_pins_status_offline_fails_at_once_without_backoff(tmp_path, monkeypatch
     """`1bit-build pins status` with the API unreachable: the pin's row says why in one line, and no request is
     retried (offline, every endpoint cost half a minute of backoff before)."""
     from builders.pins.__main__ import main
-    from pins_fixtures import Project, Upstream
+    from pins_fixtures import Project, Upstream, release_pin
 
     up = Upstream(tmp_path / "huggingface" / "tokenizers")
     commit = up.commit("one")
     up.tag("v0.20.3")
-    proj = Project(tmp_path, f"""
-    tokenizers:
-      url: {up.url}
-      policy: release
-      tag: v0.20.3
-      commit: {commit}
-      cadence: daily
-      license: Apache-2.0
-      mirrors: []
-    """)
+    proj = Project(tmp_path, release_pin("tokenizers", up.url, "v0.20.3", commit, "Apache-2.0"))
     monkeypatch.setenv("ONEBIT_GITHUB_API", base.format(port=_free_port()))
     monkeypatch.setenv("COLUMNS", "200")
     caplog.set_level(logging.WARNING, logger="builders.io.http")

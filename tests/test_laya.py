@@ -13,6 +13,7 @@ import pytest
 import yaml
 from aiohttp import web
 from laya_fake import FakeClassifier
+from load_client import healthy
 from serve_fixtures import STRIX, free_port, models, start_app, write_manifest  # noqa: F401  (models is a fixture)
 from tiny_gguf import write_tiny_gguf
 
@@ -377,14 +378,7 @@ def test_proxy_routes_by_class_with_the_route_header():
         url = f"http://127.0.0.1:{port}"
         out = []
         async with aiohttp.ClientSession() as s:
-            for _ in range(200):
-                try:
-                    async with s.get(url + "/health") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.02)
+            await healthy(s, url)
 
             async def ask(messages, stream=False):
                 async with s.post(url + "/v1/chat/completions",

@@ -122,13 +122,18 @@ def _install_in_child(barrier, argv: list[str]) -> None:
     os._exit(code)
 
 
+def two_builds(out: Path, a: str, b: str, n: int):
+    """Two builds of one backend (OLD and NEW, n files each, told apart by a and b) in out, with their SHA256SUMS:
+    (the files of each, the two archives, the sums file)."""
+    a_files, b_files = files_of(a, n), files_of(b, n)
+    a_archive, b_archive = archive(out, OLD, a_files), archive(out, NEW, b_files)
+    return a_files, b_files, a_archive, b_archive, sums(out, a_archive, b_archive)
+
+
 def test_two_installs_at_once_never_mix(tmp_path):
     """Two real processes install two builds of one backend into one cache at the same moment, 12 times: each
     result is one of them, whole; none of them fails."""
-    out = tmp_path / "rel"
-    a_files, b_files = files_of("aaa", 150), files_of("bbb", 150)
-    a, b = archive(out, OLD, a_files), archive(out, NEW, b_files)
-    s = sums(out, a, b)
+    a_files, b_files, a, b, s = two_builds(tmp_path / "rel", "aaa", "bbb", 150)
     cache = tmp_path / "cache"
     ctx = multiprocessing.get_context("fork")
     seen = set()
@@ -169,10 +174,7 @@ def _killed_after(k: int, argv: list[str]) -> None:
 
 
 def test_a_kill_at_any_step_leaves_the_old_or_the_new_install(tmp_path):
-    out = tmp_path / "rel"
-    old_files, new_files = files_of("old", 20), files_of("new", 20)
-    old, new = archive(out, OLD, old_files), archive(out, NEW, new_files)
-    s = sums(out, old, new)
+    old_files, new_files, old, new, s = two_builds(tmp_path / "rel", "old", "new", 20)
     cache = tmp_path / "cache"
     ctx = multiprocessing.get_context("fork")
     kills = 0

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from serve_fixtures import free_port, models, serve_prefix  # noqa: F401
+from serve_fixtures import alive, descendants, free_port, models, serve_prefix  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCHES = ROOT / "docs" / "lemonade" / "patches"
@@ -76,32 +76,6 @@ REFUSED = [
 ]
 
 
-def _descendants(pid: int) -> set[int]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                kids.setdefault(int(fields[1]), []).append(int(d.name))
-    out, todo = set(), [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            if k not in out:
-                out.add(k)
-                todo.append(k)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _start(prefix: Path, argv: list[str], refusal: Path) -> subprocess.Popen:
     """ProcessManager::start_process: the program Lemonade resolved (onebit_bin: the bundle's bin/1bit), its argv,
     and (0003) ONEBIT_SERVE_REFUSAL_FILE; nothing else of ours in its environment."""
@@ -147,7 +121,7 @@ def test_a_load_as_the_fork_drives_it(serve_prefix, models, tmp_path, load):  # 
     seen: set[int] = set()
     try:
         assert _wait_for_ready(proc, port), f"{FORK} {load.lines}: {proc.stderr.read() if proc.poll() is not None else ''}"
-        seen = {proc.pid, *_descendants(proc.pid)}
+        seen = {proc.pid, *descendants(proc.pid)}
         path, body = load.request
         r = requests.post(f"http://127.0.0.1:{port}{path}", json=body, timeout=60)
         assert r.status_code == 200, f"{FORK} {load.lines}: {path} answered {r.status_code}: {r.text[:300]}"
@@ -156,9 +130,9 @@ def test_a_load_as_the_fork_drives_it(serve_prefix, models, tmp_path, load):  # 
     finally:
         _stop(proc)
     deadline = time.monotonic() + 10
-    while [p for p in seen if _alive(p)] and time.monotonic() < deadline:
+    while [p for p in seen if alive(p)] and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [p for p in seen if _alive(p)], f"{FORK} :132: a process outlived SIGTERM"
+    assert not [p for p in seen if alive(p)], f"{FORK} :132: a process outlived SIGTERM"
     assert not refusal.exists()  # a load that started refuses nothing
 
 

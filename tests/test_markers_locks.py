@@ -128,31 +128,13 @@ def test_a_forged_root_marker_is_not_trusted_the_root_is_assembled_again(tiny, c
 def test_the_fetch_step_reuses_a_root_only_while_it_is_trusted(tiny, tmp_path, capsys):
     """Through the executor (`1bit-build fetch BUNDLE`: the root step is the fetch steps' sibling): with the step's
     stamp in the work directory, a root whose marker was forged afterwards in the shared cache is not reused."""
-    import textwrap
-
-    import yaml
-
-    from mini_project import make_mini
+    from mini_project import add_rooted, make_mini
 
     project, cache, pin = tiny
     mini = make_mini(tmp_path / "mini")
-    (mini.root / "roots").mkdir()
-    (mini.root / "roots" / "t.yaml").write_text((project / "roots" / "t.yaml").read_text())
-    recipe = mini.recipe()
-    recipe.update(name="rooted", summary="built inside the one-package root", toolchain=[],
-                  build={"kind": "script", "root": "t", "network": "none", "commands": [["/usr/bin/tool"]]},
-                  stage={"keep": ["bin/tool"], "binaries": {"tool": "bin/tool"}}, tests=[])
-    recipe["source"].update(patch_dir="hello")
-    (mini.root / "recipes" / "rooted.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
-    (mini.root / "bundles" / "mini.yaml").write_text(textwrap.dedent("""\
-        schema_version: 1
-        name: mini
-        summary: the mini bundle
-        version: "1.0"
-        platform: linux-64
-        components:
-          - recipe: rooted
-        """))
+    add_rooted(mini, "t", (project / "roots" / "t.yaml").read_text(), summary="built inside the one-package root",
+               toolchain=[], build={"kind": "script", "root": "t", "network": "none", "commands": [["/usr/bin/tool"]]},
+               stage={"keep": ["bin/tool"], "binaries": {"tool": "bin/tool"}}, tests=[])
     args = ["--root", str(mini.root), "--cache", str(cache), "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"),
             "fetch", "mini"]
     def said() -> str:

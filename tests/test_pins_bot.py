@@ -7,7 +7,7 @@ import json
 import pytest
 
 from builders.pins.__main__ import main
-from pins_fixtures import FakeAPI, Project, Upstream, git, make_fork
+from pins_fixtures import FakeAPI, Project, Upstream, git, make_fork, release_pin
 
 TOKEN = "t0ken-for-tests"
 
@@ -265,16 +265,7 @@ def test_backwards_release_is_refused(tmp_path, api, capsys):
     older = up.tag("v0.20.3")
     newer = up.commit("two")
     up.tag("v0.21.0")
-    proj = Project(tmp_path, f"""
-    tokenizers:
-      url: {up.url}
-      policy: release
-      tag: v0.21.0
-      commit: {newer}
-      cadence: daily
-      license: Apache-2.0
-      mirrors: []
-    """)
+    proj = Project(tmp_path, release_pin("tokenizers", up.url, "v0.21.0", newer, "Apache-2.0"))
     api.release("huggingface/tokenizers", "v0.20.3")  # "latest" points at an older release
     before = proj.text()
     assert run(proj, "bump") == 1

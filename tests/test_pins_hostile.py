@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from builders.roots import sandbox
-from pins_fixtures import FakeAPI, Project, Upstream
+from pins_fixtures import FakeAPI, Project, Upstream, branch_pin, make_recipe
 
 TOKEN = "hostile-test-t0ken-5b1f"
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,32 +50,7 @@ def hostile_makefile(tmp: Path, project: Path) -> str:
         """)
 
 
-RECIPE = """\
-schema_version: 1
-name: dsx
-summary: a make-built upstream
-license: MIT
-source:
-  pin: dsx
-toolchain:
-  - {tool: make}
-build:
-  kind: make
-  network: none
-  options:
-    programs: prog
-  targets: [cpu]
-stage:
-  root: libexec/onebit/{variant}
-  keep: [bin/prog]
-  binaries:
-    prog: bin/prog
-provides:
-  backend: null
-  adapter: ds4
-  devices: [CPU]
-  features: []
-"""
+RECIPE = make_recipe("dsx", options={"programs": "prog"})
 
 
 def snapshot(top: Path, skip: tuple[Path, ...]) -> dict[str, str]:
@@ -99,16 +74,7 @@ def dsx_project(tmp_path: Path):
     project)."""
     up = Upstream(tmp_path / "antirez" / "dsx")
     old = up.commit("old", {"Makefile": MAKEFILE_OLD, "main.c": "int main(void) { return 0; }\n"})
-    proj = Project(tmp_path, f"""
-    dsx:
-      url: {up.url}
-      policy: branch
-      branch: main
-      commit: {old}
-      cadence: daily
-      license: MIT
-      mirrors: []
-    """, recipes={"dsx": RECIPE})
+    proj = Project(tmp_path, branch_pin("dsx", up.url, old), recipes={"dsx": RECIPE})
     return up, old, proj
 
 

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from onebit.proxy import (RELAY_EXACT, Proxy, Upstream, choose_adaptive, choose_long, host_allowed, origin_allowed, prompt_text,
                           serve_forever, token_upper_bound)
+from load_client import healthy
 from serve_fixtures import free_port, start_app
 
 
@@ -110,14 +111,7 @@ def test_adaptive_burst_fills_slots_then_overflows():
         task = asyncio.create_task(serve_forever(proxy, "127.0.0.1", port, stop))
         url = f"http://127.0.0.1:{port}"
         async with aiohttp.ClientSession() as s:
-            for _ in range(200):
-                try:
-                    async with s.get(url + "/health") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.02)
+            await healthy(s, url)
 
             async def one():
                 async with s.post(url + "/v1/chat/completions", json={"model": "m", "messages": []}) as r:
@@ -199,10 +193,11 @@ def _request(target: str, body: bytes = b"{}", headers: dict | None = None, meth
     return head.encode("latin-1") + b"\r\n" + body
 
 
-async def _with_recording_proxy(body, **kw):
+async def _with_recording_proxy(body, *, child: str = "default", drop_model: bool = False, **kw):
+    """body(port, seen) against a proxy (kw) in front of one recording child, once the proxy answers /health."""
     seen: list = []
     up_runner, up_url = await _recording_upstream(seen)
-    proxy = Proxy([Upstream("default", up_url)], health_interval=0.02, **kw)
+    proxy = Proxy([Upstream(child, up_url, drop_model=drop_model)], health_interval=0.02, **kw)
     stop = asyncio.Event()
     port = free_port()
     task = asyncio.create_task(serve_forever(proxy, "127.0.0.1", port, stop))
@@ -403,29 +398,11 @@ def test_a_keepalive_client_is_not_cut_by_the_header_timeout_while_it_is_served(
 
 def test_a_child_that_loads_the_model_a_request_names_never_sees_model():
     """zinc reads a request's "model" as a managed model to load: behind the proxy (alias) it gets none."""
-    async def main():
-        seen: list = []
-        runner, url = await _recording_upstream(seen)
-        proxy = Proxy([Upstream("main", url, drop_model=True)], alias="Qwen3-0.6B-GGUF", health_interval=0.02)
-        stop = asyncio.Event()
-        port = free_port()
-        task = asyncio.create_task(serve_forever(proxy, "127.0.0.1", port, stop))
-        try:
-            for _ in range(250):
-                try:
-                    if (await _raw_exchange(port, _request("/health", b"", method="GET"), timeout=1))[0] == 200:
-                        break
-                except OSError:
-                    pass
-                await asyncio.sleep(0.02)
-            body = json.dumps({"model": "Qwen3-0.6B-GGUF", "messages": [{"role": "user", "content": "hi"}]}).encode()
-            status, headers, _ = await _raw_exchange(port, _request("/v1/chat/completions", body))
-            return status, headers.get("x-1bit-route"), seen
-        finally:
-            stop.set()
-            await task
-            await runner.cleanup()
+    async def body(port, seen):
+        data = json.dumps({"model": "Qwen3-0.6B-GGUF", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        status, headers, _ = await _raw_exchange(port, _request("/v1/chat/completions", data))
+        return status, headers.get("x-1bit-route"), seen
 
-    status, route, seen = asyncio.run(main())
+    status, route, seen = asyncio.run(_with_recording_proxy(body, child="main", drop_model=True, alias="Qwen3-0.6B-GGUF"))
     assert (status, route) == (200, "main")
     assert json.loads(seen[0]["body"]) == {"messages": [{"role": "user", "content": "hi"}]}

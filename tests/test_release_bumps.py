@@ -7,7 +7,7 @@ import json
 
 import pytest
 from github_fake import REPO, TOKEN, Fake
-from pins_fixtures import FakeAPI, Project, Upstream, git
+from pins_fixtures import FakeAPI, Project, Upstream, branch_pin, git
 
 from builders.errors import OnebitError
 from builders.io.github import GitHub
@@ -110,18 +110,6 @@ def test_a_bad_bumps_file_is_one_clear_error(tmp_path):
 # ------------------------------------------------------------------------------------------------ with real git
 
 
-PIN = """
-{name}:
-  url: {url}
-  policy: branch
-  branch: main
-  commit: {commit}
-  cadence: daily
-  license: MIT
-  mirrors: []
-"""
-
-
 def recipe(name: str, pin: str, checklist: bool = False) -> str:
     text = f"schema_version: 1\nname: {name}\nsummary: x\nlicense: MIT\nsource:\n  pin: {pin}\nbuild: {{kind: cmake}}\n"
     return text + ("hardware_checklist:\n  - llama-server --list-devices\n" if checklist else "")
@@ -138,7 +126,7 @@ def world(tmp_path, monkeypatch):
     ups = {name: Upstream(tmp_path / owner / name) for owner, name in
            (("ggml-org", "llama.cpp"), ("huggingface", "tokenizers"), ("zolotukhin", "zinc"))}
     old = {name: up.commit("one") for name, up in ups.items()}
-    body = "".join(PIN.format(name=n, url=up.url, commit=old[n]) for n, up in ups.items())
+    body = "".join(branch_pin(n, up.url, old[n]) for n, up in ups.items())
     proj = Project(tmp_path, body, recipes={"vulkan": recipe("vulkan", "llama.cpp", checklist=True),
                                             "cpu": recipe("cpu", "llama.cpp"), "tokenizers": recipe("tokenizers", "tokenizers"),
                                             "zinc": recipe("zinc", "zinc")})
@@ -226,7 +214,7 @@ def test_a_rerun_after_an_unpushed_merge_records_it_again(world):
 def test_two_bumps_of_one_line_the_second_conflicts_and_is_held(tmp_path, monkeypatch):
     up = Upstream(tmp_path / "zolotukhin" / "zinc")
     one = up.commit("one")
-    proj = Project(tmp_path, PIN.format(name="zinc", url=up.url, commit=one), recipes={"zinc": recipe("zinc", "zinc")})
+    proj = Project(tmp_path, branch_pin("zinc", up.url, one), recipes={"zinc": recipe("zinc", "zinc")})
     fake = Fake()
     try:
         for n in ("two", "three"):  # two proposals for one pin, both open (a reopened PR, say)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import lzma
-import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from builders.plan import all_tools, make_plan
 from builders.plan_types import Command, Layout
 from builders.roots.root import PATH_INSIDE, build_root
 from builders.project.root_pins import ResolvedDeb, diff, describe, render
-from mini_project import make_mini
+from mini_project import add_rooted, make_mini
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -184,26 +183,12 @@ def tiny(tmp_path_factory):
         pytest.fail(f"this test needs bubblewrap: {sandbox.why_unavailable()}")
     base = tmp_path_factory.mktemp("tiny")
     mini = make_mini(base)
-    (mini.root / "roots").mkdir()
-    (mini.root / "roots" / "tiny.yaml").write_text(TINY_ROOT)
-    recipe = mini.recipe()
-    recipe.update(name="rooted", summary="built inside a tiny pinned root",
-                  toolchain=[{"tool": "busybox", "in_root": "/usr/bin/busybox"}, {"tool": "cp", "version": ">=9"}],
-                  build={"kind": "script", "root": "tiny", "network": "none", "env": {"GREETING": "from the root"},
-                         "commands": [["busybox", "sh", "-c", SCRIPT]]},
-                  stage={"keep": ["bin/hello-root"], "binaries": {"hello-root": "bin/hello-root"}},
-                  tests=[{"name": "runs inside the root", "run": ["bin/hello-root"], "expect": "hello from the root"}])
-    recipe["source"].update(patch_dir="hello")
-    (mini.root / "recipes" / "rooted.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
-    (mini.root / "bundles" / "mini.yaml").write_text(textwrap.dedent("""\
-        schema_version: 1
-        name: mini
-        summary: the mini bundle
-        version: "1.0"
-        platform: linux-64
-        components:
-          - recipe: rooted
-        """))
+    add_rooted(mini, "tiny", TINY_ROOT, summary="built inside a tiny pinned root",
+               toolchain=[{"tool": "busybox", "in_root": "/usr/bin/busybox"}, {"tool": "cp", "version": ">=9"}],
+               build={"kind": "script", "root": "tiny", "network": "none", "env": {"GREETING": "from the root"},
+                      "commands": [["busybox", "sh", "-c", SCRIPT]]},
+               stage={"keep": ["bin/hello-root"], "binaries": {"hello-root": "bin/hello-root"}},
+               tests=[{"name": "runs inside the root", "run": ["bin/hello-root"], "expect": "hello from the root"}])
     assert main(["--root", str(mini.root), "roots", "resolve", "tiny"]) == 0
     return mini
 

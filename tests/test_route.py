@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from serve_fixtures import STRIX, models, per_backend_layout, write_manifest  # noqa: F401  (models is a fixture)
+from serve_fixtures import STRIX, bundle_maker, models, per_backend_layout, write_manifest  # noqa: F401  (models is a fixture)
 
 from onebit.bundles import BUNDLES
 from onebit.inspect import inspect_model
-from onebit.manifest import Backend, Manifest, load_manifest
+from onebit.manifest import Backend, Manifest
 from onebit.recipes import default_recipes_path, load_recipes, parse_recipes
 from onebit.launch_plan import LaunchPlan, Refusal
 from onebit.route import route
@@ -21,10 +21,7 @@ RECIPES = load_recipes(default_recipes_path())
 
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory):
-    def make(name, backends, **kw):
-        p = tmp_path_factory.mktemp(name)
-        return load_manifest(write_manifest(p, backends, bundle=name, layout="per-backend", **kw))
-
+    make = bundle_maker(tmp_path_factory)
     return {
         "strix": make("strix", STRIX),
         "cpu": make("cpu", ["cpu"]),

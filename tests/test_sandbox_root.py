@@ -16,7 +16,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 from rich.console import Console
 
 from builders.inputs import companions, host
@@ -28,7 +27,7 @@ from builders.cli import main
 from builders.execute import Executor
 from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
-from mini_project import make_mini
+from mini_project import add_rooted, make_mini
 from pins_fixtures import Project, Upstream
 from test_flag_drift import MAKEFILE_OLD, SOURCES, drift, make_recipe, pin_entry
 from test_roots import TINY_ROOT
@@ -96,25 +95,10 @@ def tiny_root(tmp_path_factory):
         pytest.fail(f"this test needs bubblewrap: {sandbox.why_unavailable()}")
     base = tmp_path_factory.mktemp("tinyroot")
     mini = make_mini(base)
-    (mini.root / "roots").mkdir()
-    (mini.root / "roots" / "tiny.yaml").write_text(TINY_ROOT)
-    recipe = mini.recipe()
-    recipe.update(name="rooted", summary="a build command that attacks the host",
-                  toolchain=[{"tool": "busybox", "in_root": "/usr/bin/busybox"}],
-                  build={"kind": "script", "root": "tiny", "network": "none",
-                         "commands": [["busybox", "sh", "-c", ATTACK]]},
-                  stage={"keep": ["bin/busybox"], "binaries": {"busybox": "bin/busybox"}}, tests=[])
-    recipe["source"].update(patch_dir="hello")
-    (mini.root / "recipes" / "rooted.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
-    (mini.root / "bundles" / "mini.yaml").write_text(textwrap.dedent("""\
-        schema_version: 1
-        name: mini
-        summary: the mini bundle
-        version: "1.0"
-        platform: linux-64
-        components:
-          - recipe: rooted
-        """))
+    add_rooted(mini, "tiny", TINY_ROOT, summary="a build command that attacks the host",
+               toolchain=[{"tool": "busybox", "in_root": "/usr/bin/busybox"}],
+               build={"kind": "script", "root": "tiny", "network": "none", "commands": [["busybox", "sh", "-c", ATTACK]]},
+               stage={"keep": ["bin/busybox"], "binaries": {"busybox": "bin/busybox"}}, tests=[])
     assert main(["--root", str(mini.root), "roots", "resolve", "tiny"]) == 0
     cache = base / "cache"
     fetch = [sys.executable, "-m", "builders.cli", "--root", str(mini.root), "--cache", str(cache), "--work",

@@ -13,32 +13,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from serve_fixtures import free_port, models, serve_prefix, wait_http  # noqa: F401
+from serve_fixtures import alive, children_of, free_port, models, serve_prefix, wait_http  # noqa: F401
 from tiny_gguf import write_tiny_gguf
 
 pytestmark = pytest.mark.e2e
 FAST = ["-t", "2", "-c", "512", "-np", "1"]
-
-
-def children_of(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.append(int(d.name))
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def serve(prefix: Path, *args) -> subprocess.Popen:

@@ -131,21 +131,19 @@ def evaluate(expr: str, ctx: Mapping, functions: Mapping[str, Callable] | None =
             left = eq if op == "==" else not eq
         return left
 
-    def andexpr():
-        left = cmp()
-        while peek() == ("op", "&&"):
+    def chain(op, operand, pick):
+        """operand (op operand)*, folded from the left by pick(left, right)."""
+        left = operand()
+        while peek() == ("op", op):
             take()
-            right = cmp()
-            left = right if left else left
+            left = pick(left, operand())
         return left
 
+    def andexpr():
+        return chain("&&", cmp, lambda left, right: right if left else left)
+
     def orexpr():
-        left = andexpr()
-        while peek() == ("op", "||"):
-            take()
-            right = andexpr()
-            left = left if left else right
-        return left
+        return chain("||", andexpr, lambda left, right: left if left else right)
 
     value = orexpr()
     if pos != len(toks):

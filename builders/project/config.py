@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from onebit.digest import file_sha256  # builders' modules import it from here too
+
 from . import floor as floors, schemas, yamlio
 from .version import this_week
 from ..errors import OnebitError, ValidationError
@@ -85,14 +87,6 @@ class Patch:
     @property
     def sha256(self) -> str:
         return file_sha256(self.path)
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def tree_digest(root: Path) -> str:

@@ -54,6 +54,14 @@ class StepKind(Protocol):
     def describe(self, step: Step) -> list[str]: ...
 
 
+class Kind:
+    """A step kind's flags where it says nothing else: it fetches nothing into the cache, assembles no toolchain the
+    keys see and is no bundle step. A kind names its action and only the flags it sets (`fetches = True`)."""
+
+    action = ""
+    fetches = replans = bundle = False
+
+
 def described(step: Step, kind: StepKind) -> Step:
     """The step with its kind's words for what it does that is no command of its own (Step.describe)."""
     return dataclasses.replace(step, describe=tuple(kind.describe(step)))

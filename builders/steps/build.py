@@ -13,7 +13,7 @@ from ..io import swap
 from ..kinds import KINDS, flags
 from ..plan_types import Step, digest
 from ..ship.stage import KEY_FILE
-from .base import StepContext, holds_key
+from .base import Kind, StepContext, holds_key
 from .variant import VariantInputs, on_path
 
 BUILDER_VERSION = "5"  # bump to invalidate every build step key (5: serve vendors one wheel set per CPython)
@@ -91,9 +91,8 @@ def cmake_home(build_dir: Path) -> str | None:
     return None
 
 
-class BuildStep:
+class BuildStep(Kind):
     action = "build"
-    fetches, replans, bundle = False, False, False
 
     def run(self, ctx: StepContext, step: Step) -> None:
         d: BuildData = step.data

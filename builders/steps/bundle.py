@@ -17,7 +17,7 @@ from ..project.config import Bundle
 from ..errors import StageError
 from ..plan_types import Layout, Step, digest
 from ..ship.stage import KEY_FILE
-from .base import StepContext, holds_key
+from .base import Kind, StepContext, holds_key
 from .build import notes
 
 
@@ -109,12 +109,11 @@ def bundle_done(ctx: StepContext) -> bool:
     return publish is not None and holds_key(ctx.layout.out / KEY_FILE, publish.key)
 
 
-class BundleStep:
+class BundleStep(Kind):
     """What the five bundle kinds share: no stamp of their own, done while the published bundle holds the plan's key,
     no words beyond their titles."""
 
-    action = ""
-    fetches, replans, bundle = False, False, True
+    bundle = True
 
     def run(self, ctx: StepContext, step: Step) -> None:
         raise NotImplementedError

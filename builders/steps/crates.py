@@ -10,7 +10,7 @@ from ..inputs import companions
 from ..project.config import Recipe
 from ..plan_types import Layout, Step, digest
 from ..roots.root import Root
-from .base import StepContext, described
+from .base import Kind, StepContext, described
 from .root import root_step_id
 
 if TYPE_CHECKING:
@@ -42,9 +42,9 @@ def plan_crates(layout: Layout, recipe: Recipe, source: Source, root: Root | Non
                                           root=root)), STEP)
 
 
-class CratesStep:
+class CratesStep(Kind):
     action = "crates"
-    fetches, replans, bundle = True, False, False
+    fetches = True
 
     def run(self, ctx: StepContext, step: Step) -> None:
         d: CratesData = step.data

@@ -11,7 +11,7 @@ from typing import Any
 from ..inputs import fetch as fetching
 from ..project.config import MIRRORS_ENV, Pin
 from ..plan_types import Layout, Step, digest
-from .base import StepContext, described
+from .base import Kind, StepContext, described
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ def fetch_for(steps: dict[str, Step], pin: Pin, layout: Layout, user: tuple[str,
     steps[sid] = step
 
 
-class FetchStep:
+class FetchStep(Kind):
     action = "fetch"
-    fetches, replans, bundle = True, False, False
+    fetches = True
 
     def run(self, ctx: StepContext, step: Step) -> None:
         pin = ctx.project.pins[step.data.pin]

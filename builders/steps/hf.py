@@ -8,7 +8,7 @@ from pathlib import Path
 from ..inputs import companions
 from ..project.config import Pin
 from ..plan_types import Layout, Step, digest
-from .base import StepContext, described
+from .base import Kind, StepContext, described
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,9 @@ def hf_unresolved(pin: Pin) -> str | None:
     return f"no sha256 for {', '.join(missing)}" if missing else None
 
 
-class HfStep:
+class HfStep(Kind):
     action = "hf"
-    fetches, replans, bundle = True, False, False
+    fetches = True
 
     def run(self, ctx: StepContext, step: Step) -> None:
         d: HfData = step.data

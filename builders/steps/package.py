@@ -10,7 +10,7 @@ from ..io import elf
 from ..ship import licenses
 from ..ship import package as conda
 from ..plan_types import Step, digest
-from .base import StepContext
+from .base import Kind, StepContext
 from .variant import VariantInputs, expand
 
 
@@ -51,9 +51,8 @@ def plan_package(v: VariantInputs, stage: Step) -> Step:
                                  glibc_floor=v.floor.glibc if v.floor else None))
 
 
-class PackageStep:
+class PackageStep(Kind):
     action = "package"
-    fetches, replans, bundle = False, False, False
 
     def run(self, ctx: StepContext, step: Step) -> None:
         d: PackageData = step.data

@@ -15,7 +15,7 @@ from ..inputs import fetch as fetching
 from ..project.config import Pin, Project, Variant
 from ..errors import BuildError
 from ..plan_types import Command, Layout, Step, digest
-from .base import StepContext, described, holds_key
+from .base import Kind, StepContext, described, holds_key
 from .fetch import fetch_for
 from .submodules import plan_submodules, submodules_lock
 
@@ -150,9 +150,8 @@ def checkout_commands(ctx: StepContext, step: Step) -> list[Command]:
     return out
 
 
-class SourceStep:
+class SourceStep(Kind):
     action = "source"
-    fetches, replans, bundle = False, False, False
 
     def run(self, ctx: StepContext, step: Step) -> None:
         d: SourceData = step.data

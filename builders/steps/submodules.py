@@ -9,7 +9,7 @@ from typing import Sequence
 from ..inputs import companions
 from ..project.config import Pin
 from ..plan_types import Layout, Step, digest
-from .base import StepContext, described
+from .base import Kind, StepContext, described
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,9 @@ def plan_submodules(layout: Layout, pin: Pin, want: Sequence[str]) -> Step:
                                               git_dir=str(layout.git_cache(pin.commit)))), STEP)
 
 
-class SubmodulesStep:
+class SubmodulesStep(Kind):
     action = "submodules"
-    fetches, replans, bundle = True, False, False
+    fetches = True
 
     def run(self, ctx: StepContext, step: Step) -> None:
         d: SubmodulesData = step.data

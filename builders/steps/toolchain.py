@@ -12,7 +12,7 @@ from ..inputs import toolchain as toolchains
 from ..project.config import Variant
 from ..inputs.host import HostFacts, pinned_root
 from ..plan_types import Layout, Step, digest
-from .base import StepContext, described
+from .base import Kind, StepContext, described
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,9 @@ def plan_toolchain(variant: Variant, host: HostFacts, layout: Layout) -> list[St
     return out
 
 
-class ToolchainStep:
+class ToolchainStep(Kind):
     action = "toolchain"
-    fetches, replans, bundle = True, True, False
+    fetches = replans = True
 
     def run(self, ctx: StepContext, step: Step) -> None:
         d: ToolchainData = step.data

@@ -9,7 +9,7 @@ from ..inputs import fetch as fetching
 from ..project.config import Recipe
 from ..inputs.host import HostFacts
 from ..plan_types import Layout, Step, digest
-from .base import StepContext, described
+from .base import Kind, StepContext, described
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,9 @@ def plan_wheels(recipe: Recipe, host: HostFacts, layout: Layout) -> list[Step]:
                                            pythons=tuple(recipe.source.get("pythons", ())))), STEP)]
 
 
-class WheelsStep:
+class WheelsStep(Kind):
     action = "wheels"
-    fetches, replans, bundle = True, False, False
+    fetches = True
 
     def run(self, ctx: StepContext, step: Step) -> None:
         d: WheelsData = step.data
