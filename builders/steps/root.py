@@ -8,7 +8,7 @@ from pathlib import Path
 from ..project.config import Project
 from ..plan_types import Step, digest
 from ..roots.root import Root
-from .base import StepContext, described
+from .base import Kind, StepContext, described
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,9 @@ def plan_root(project: Project, name: str | None, root: Root | None) -> list[Ste
                            data=RootData(name=name, dest=root.dir, key=pin.key, where=str(pin.path))), STEP)]
 
 
-class RootStep:
+class RootStep(Kind):
     action = "root"
-    fetches, replans, bundle = True, True, False
+    fetches = replans = True
 
     def run(self, ctx: StepContext, step: Step) -> None:
         from ..roots import assemble as roots

@@ -11,7 +11,7 @@ from ..ship import stage as staging
 from ..kinds import KINDS
 from ..plan_types import RecipeTest, RuntimeData, StageData, Step, digest
 from ..ship.stage import KEY_FILE
-from .base import StepContext, holds_key
+from .base import Kind, StepContext, holds_key
 from .variant import VariantInputs, expand, on_path
 
 # StageData (with RecipeTest and RuntimeData) is this step's data; it lives in plan_types.py because the mechanism
@@ -99,9 +99,8 @@ def plan_stage(v: VariantInputs, build: Step) -> Step:
                                host_libraries=variant.host_libraries))
 
 
-class StageStep:
+class StageStep(Kind):
     action = "stage"
-    fetches, replans, bundle = False, False, False
 
     def run(self, ctx: StepContext, step: Step) -> None:
         from ..ship.repro import wheel_members
