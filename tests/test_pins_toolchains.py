@@ -15,7 +15,7 @@ import pytest
 
 from builders.roots import debs, assemble as roots
 from builders.errors import OnebitError
-from builders.pins import toolchains as tc
+from builders.pins import file_moves, toolchains as tc
 from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, bump_child, evaluate_report, git, hostile_files
 
 TOKEN = "t0ken-for-toolchain-tests"
@@ -88,7 +88,7 @@ def test_the_projects_own_recipes_carry_four_inputs_the_sdk_in_four_recipes():
     ((), True, None, []),  # only other things were named (a pin, a root)
 ])
 def test_which_inputs_a_run_moves(names, given, cadence, want):
-    assert tc.selected(["nvcc", "vulkan-sdk", "zig"], names, given, cadence) == want
+    assert file_moves.selected(["nvcc", "vulkan-sdk", "zig"], names, given, cadence) == want
 
 
 # ---- pure: where a wheel moves -------------------------------------------------------------------------------------------

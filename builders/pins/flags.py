@@ -106,6 +106,15 @@ def _skip_bracket(text: str, i: int) -> int | None:
     return len(text) if end < 0 else end + len(m.group(1)) + 2
 
 
+def _skip_comment(text: str, i: int) -> int:
+    """The index just after the comment whose '#' is at i: past a bracket comment, else at the end of its line."""
+    end = _skip_bracket(text, i + 1)
+    if end is None:
+        nl = text.find("\n", i)
+        end = len(text) if nl < 0 else nl
+    return end
+
+
 def cmake_commands(text: str) -> list[CMakeCommand]:
     """Every command invocation of a CMake file with its arguments (comments, quoted and bracket arguments handled;
     variable references are kept as written). A line that is not CMake (a stray word) is skipped, not fatal."""
@@ -117,11 +126,7 @@ def cmake_commands(text: str) -> list[CMakeCommand]:
             i += 1
             continue
         if c == "#":
-            end = _skip_bracket(text, i + 1)
-            if end is None:
-                nl = text.find("\n", i)
-                end = n if nl < 0 else nl
-            i = end
+            i = _skip_comment(text, i)
             continue
         m = _IDENT.match(text, i)
         j = m.end() if m else i
@@ -148,11 +153,7 @@ def _cmake_args(text: str, i: int) -> tuple[list[str], list[bool], int]:
         if c in " \t\r\n":
             i += 1
         elif c == "#":
-            end = _skip_bracket(text, i + 1)
-            if end is None:
-                nl = text.find("\n", i)
-                end = n if nl < 0 else nl
-            i = end
+            i = _skip_comment(text, i)
         elif c == ")":
             if depth == 0:
                 return args, quoted, i + 1

@@ -33,21 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OnebitError
-from . import decide as pin_decide, report
+from . import decide as pin_decide, file_moves, report
 from .bump import Options, Outcome
+from .file_moves import (ENTRY_NAME, MAX_DETAIL, SHA256, claim, committed_reader, entries, picked, read_strictly,
+                         rollback_allowed, selected)
 
 PREFIX = "toolchain:"
-CADENCE = "weekly"
 REPORT = "toolchains.json"  # beside report.json and roots.json in the evaluating job's artifact
 VERSION = 1
 MAX_FILE = 1 << 20
 MAX_REPORT = 16 << 20
-MAX_DETAIL = 20_000
-STATES = ("current", "would-propose", "held", "refused", "error")
 BRANCH_PREFIX = "onebit/bump-toolchain-"
 MARKER = "<!-- onebit-toolchain-bump"
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-ENTRY_NAME = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,99})$")
 # the suites a pinned Debian package is looked for in, in this order (the first that holds the pinned pool path is its
 # suite): the Vulkan SDK's point releases, then the build roots' suites (roots/*.yaml)
 DEB_SUITES = ("bookworm", "trixie")
@@ -150,19 +147,6 @@ def _load(f: Path):
 
 def _plain(data):
     return data if isinstance(data, Mapping) else {}
-
-
-def split_names(names: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Pure: (other names, toolchain input names) of the names given to `pins bump`."""
-    return ([n for n in names if not n.startswith(PREFIX)],
-            [n.removeprefix(PREFIX) for n in names if n.startswith(PREFIX)])
-
-
-def selected(inputs: Sequence[str], names: Sequence[str], given: bool, cadence: str | None) -> list[str]:
-    """Pure: the inputs a run moves: those named; with no name at all, every input unless --cadence asks another."""
-    if given:
-        return [i for i in inputs if i in names]
-    return list(inputs) if cadence in (None, "all", CADENCE) else []
 
 
 # ---- one entry's move (pure) -----------------------------------------------------------------------------------------
@@ -486,7 +470,7 @@ def digest(text: str) -> str:
 
 def evaluate_input(root: Path, inp: Input, opts: Options, world: World) -> dict:
     """One input read now, nothing written: its toolchains.json entry (each carrying file's new text when it moves)."""
-    allowed = bool(opts.allow_rollback and opts.reason)
+    allowed = rollback_allowed(opts)
     texts = {f: (Path(root) / f).read_text(encoding="utf-8") for f in inp.files}
     entry = {"name": inp.name, "state": "current", "detail": "", "files": []}
     try:
@@ -519,7 +503,7 @@ def each_input(root: Path, opts: Options, *, names_given: bool, log: Log = _noop
     except OnebitError as exc:
         yield {"name": "*", "state": "error", "detail": exc.what[:MAX_DETAIL], "files": []}
         return
-    _, wanted = split_names(opts.names)
+    wanted = picked(opts.names, PREFIX)
     for n in sorted(set(wanted) - set(inputs)):
         yield {"name": n if ENTRY_NAME.match(n) else "*", "state": "error", "files": [],
                "detail": f"no toolchain input named {n!r}; the recipes pin: {', '.join(sorted(inputs)) or 'none'}"[:MAX_DETAIL]}
@@ -603,10 +587,7 @@ def read_report(data, inputs: Mapping[str, Input], committed: Callable[[str], st
     `committed(path)` a committed file's text. Each moving input must carry exactly its files, each the committed one
     (base sha256) with only this input's entries rewritten (`edit_text` of the committed file gives the new text),
     the lists identical in every file. The state is decided again here from the entries, never taken from the report."""
-    try:
-        return _read(data, inputs, committed, allowed)
-    except report.ReportError as exc:
-        raise report.ReportError(f"{REPORT}: {exc.what}; nothing was pushed or opened") from None
+    return read_strictly(REPORT, lambda: _read(data, inputs, committed, allowed))
 
 
 def _line(label: str, o: Mapping, n: Mapping, kind: str) -> str:
@@ -620,31 +601,16 @@ def _read(data, inputs: Mapping[str, Input], committed: Callable[[str], str], al
     from packaging.version import Version
 
     bad = report._bad
-    top = report._obj(data, "the top level", {"version", "inputs"}, {"version", "inputs"})
-    if report._int(top["version"], "version") != VERSION:
-        raise bad("version", f"{top['version']!r}, not {VERSION}")
     out: list[InputMove] = []
     seen: set[str] = set()
-    for i, e in enumerate(report._list(top["inputs"], "inputs")):
-        w = f"inputs[{i}]"
-        keys = {"name", "state", "detail", "files"}
-        e = report._obj(e, w, keys, keys)
-        name = report._str(e["name"], f"{w}.name", limit=100)
-        state = report._str(e["state"], f"{w}.state", limit=40)
-        det = report._str(e["detail"], f"{w}.detail", limit=MAX_DETAIL)
+    for w, e, name, state, det in entries(data, "inputs", VERSION, ("files",)):
         files = report._list(e["files"], f"{w}.files")
-        if state not in STATES:
-            raise bad(f"{w}.state", f"unknown state {state!r}")
         if state == "error":
             if not ENTRY_NAME.match(name) or files:
                 raise bad(w, "an error entry names no file")
             out.append(InputMove(name, state, det))
             continue
-        if name not in inputs:
-            raise bad(f"{w}.name", f"{name!r} is not a toolchain input of this checkout")
-        if name in seen:
-            raise bad(f"{w}.name", f"{name!r} comes twice")
-        seen.add(name)
+        claim(name, w, inputs, seen, "a toolchain input")
         inp = inputs[name]
         got: dict[str, str | None] = {}
         for j, f in enumerate(files):
@@ -715,18 +681,8 @@ def _read(data, inputs: Mapping[str, Input], committed: Callable[[str], str], al
 
 def verified_moves(ctx, opts: Options, data) -> list[InputMove]:
     """toolchains.json read against this checkout: with --open-pr the committed files (HEAD), else the working tree's."""
-    from . import bump as bumpmod
-
-    if opts.open_pr and not opts.dry_run:
-        repo = bumpmod.Repo(ctx.root, opts.remote, ctx.token)
-
-        def committed(path: str) -> str:
-            return repo.head_text(path)
-    else:
-        def committed(path: str) -> str:
-            return (Path(ctx.root) / path).read_text(encoding="utf-8")
     inputs = {i.name: i for i in load_inputs(ctx.root)}
-    return read_report(data, inputs, committed, bool(opts.allow_rollback and opts.reason))
+    return read_report(data, inputs, committed_reader(ctx, opts), rollback_allowed(opts))
 
 
 # ---- the token holder: delivery --------------------------------------------------------------------------------------
@@ -761,17 +717,13 @@ def commit_message(m: InputMove, rollback: str | None) -> str:
                      + (["", f"Rollback: {rollback}"] if rollback else [])) + "\n"
 
 
+def proposal(m: InputMove, rollback: str | None) -> dict:
+    """Pure: a moving input's PR: every file that carries it, the branch, title, body and commit message."""
+    return {"files": dict(m.files), "branch": branch_name(m.name, m.files), "title": pr_title(m.name, len(m.changes)),
+            "body": pr_body(m, rollback), "message": commit_message(m, rollback)}
+
+
 def deliver(ctx, opts: Options, moves: Sequence[InputMove]) -> list[Outcome]:
     """Each verified move: a PR of its own (--open-pr), a line (--dry-run), or the files written in place
-    (bump.deliver_files, shared with the build roots)."""
-    from . import bump as bumpmod
-
-    def move(m: InputMove) -> bumpmod.FileMove:
-        if m.state != "would-propose":
-            return bumpmod.FileMove(PREFIX + m.name, m.state, m.detail)
-        rollback = opts.reason if m.older else None
-        return bumpmod.FileMove(PREFIX + m.name, m.state, m.detail, files=dict(m.files),
-                                branch=branch_name(m.name, m.files), title=pr_title(m.name, len(m.changes)),
-                                body=pr_body(m, rollback), message=commit_message(m, rollback), rollback=bool(rollback),
-                                older=lambda ref, n=m.name: is_branch_of(n, ref))
-    return bumpmod.deliver_files(ctx, opts, [move(m) for m in moves])
+    (file_moves.deliver, shared with the build roots)."""
+    return file_moves.deliver(ctx, opts, moves, prefix=PREFIX, branch_prefix=BRANCH_PREFIX, proposal=proposal)
