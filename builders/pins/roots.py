@@ -30,7 +30,7 @@ from ..errors import OnebitError
 from ..project.root_pins import Change, RootPin, describe, diff, load_roots, moved_text
 from . import decide, file_moves, report
 from .bump import Options, Outcome
-from .file_moves import (ENTRY_NAME, MAX_DETAIL, SHA256, claim, committed_reader, entries, picked, read_strictly,
+from .file_moves import (ENTRY_NAME, MAX_DETAIL, SHA256, claim, committed_reader, picked, read_strictly,
                          rollback_allowed, selected)
 
 PREFIX = "root:"
@@ -249,7 +249,7 @@ def _read(data, known: Collection[str], committed: Callable[[str], str], allowed
     bad = report._bad
     out: list[RootMove] = []
     seen: set[str] = set()
-    for w, e, name, state, detail in entries(data, "roots", VERSION, ("base_sha256", "text")):
+    for w, e, name, state, detail in file_moves.entries(data, "roots", VERSION, ("base_sha256", "text")):
         base = report._str(e["base_sha256"], f"{w}.base_sha256", none=True, limit=64)
         text = report._str(e["text"], f"{w}.text", none=True, limit=MAX_FILE)
         if state == "error":  # the evaluating side's failure (an unknown name, a roots/ that does not load): told again
