@@ -329,6 +329,23 @@ def evaluate_report(proj: Project, out: Path, monkeypatch, token: str, report: s
     return json.loads((out / report).read_text())
 
 
+def nothing_pushed(proj: Project, api: FakeAPI) -> None:
+    """No PR opened, no branch pushed, no request but a GET sent to GitHub."""
+    assert not api.state.opened() and branches(proj) == ["main"]
+    assert not [r for r in api.state.requests if r[0] != "GET"]
+
+
+def refused_tampered(proj: Project, api: FakeAPI, capsys, report: Path, says: str, *names: str) -> None:
+    """The token holder, in this process: `pins bump NAMES --from-report DIR --open-pr` refuses the tampered `report`
+    (in DIR) in one line that starts by naming it and says `says`, and pushes nothing."""
+    capsys.readouterr()
+    assert bump(proj, *names, "--from-report", str(report.parent), "--open-pr") == 2
+    err = capsys.readouterr().err
+    assert says in err and err.startswith(f"error: {report.name}") and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    nothing_pushed(proj, api)
+
+
 # ---- a report file that is not a plain file: read back by the token holder as its own, limited process ------------------
 TOP = Path(__file__).resolve().parent.parent
 CHILD_MEMORY = 2 << 30  # RLIMIT_AS of the child: a reader that held a whole /dev/zero would die with MemoryError
@@ -374,3 +391,17 @@ def hostile_files(path: Path, oversize: int) -> dict:
             "directory": (directory, "is a directory, not a regular file"),
             "too_large": (too_large, f"is larger than {oversize} bytes"),
             "link": (link_to_a_report, "is a link (to "), }
+
+
+def refused_unread(proj: Project, api: FakeAPI, report: Path, limit: int, form: str, *names: str) -> None:
+    """`report` replaced by the hostile `form` (hostile_files, `limit` its bound): the token holder as its own process
+    (`bump_child`: pins bump NAMES --from-report DIR --open-pr) refuses it in one line without reading it (no
+    MemoryError, no hang) and pushes nothing."""
+    report.unlink()
+    plant, says = hostile_files(report, limit)[form]
+    plant()
+    proc = bump_child(proj, *names, "--from-report", str(report.parent), "--open-pr")
+    err = proc.stderr
+    assert proc.returncode == 2 and "MemoryError" not in err + proc.stdout and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: cannot read {report.name}") and says in err, err
+    nothing_pushed(proj, api)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,8 @@ from builders.roots import debs, assemble as roots
 from builders.errors import OnebitError
 from builders.pins import file_moves, toolchains as tc
 from builders.pins import toolchain_inputs as ti, toolchain_moves as tm, toolchain_world as tw
-from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, bump_child, evaluate_report, git, hostile_files
+import local_http
+from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, evaluate_report, git, refused_tampered, refused_unread
 
 TOKEN = "t0ken-for-toolchain-tests"
 TOP = Path(__file__).resolve().parents[1]
@@ -286,13 +286,11 @@ class FakeIndex:
             def log_message(self, *a):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple"
+        self.server, base = local_http.serve(Handler)
+        self.url = f"{base}/simple"
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        local_http.stop(self.server)
 
 
 class Archive:
@@ -571,12 +569,7 @@ def test_a_tampered_report_is_refused_in_one_line_and_nothing_is_pushed(world, t
     data = evaluate(proj, out, monkeypatch, "toolchain:vulkan-sdk")
     tamper(data["inputs"][0])
     (out / tc.REPORT).write_text(json.dumps(data))
-    capsys.readouterr()
-    assert bump(proj, "toolchain:vulkan-sdk", "--from-report", str(out), "--open-pr") == 2
-    err = capsys.readouterr().err
-    assert says in err and err.startswith(f"error: {tc.REPORT}") and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1, err
-    assert not api.state.opened() and branches(proj) == ["main"]
+    refused_tampered(proj, api, capsys, out / tc.REPORT, says, "toolchain:vulkan-sdk")
 
 
 # ---- toolchains.json tampered with as a whole (the roots.json forms), and not a plain file ---------------------------------
@@ -630,13 +623,7 @@ def test_a_toolchains_json_tampered_as_a_whole_is_refused_in_one_line_and_nothin
     out = tmp_path / "artifact"
     data = evaluate(proj, out, monkeypatch, "toolchain:vulkan-sdk")
     (out / tc.REPORT).write_text(tamper(data))
-    capsys.readouterr()
-    assert bump(proj, "toolchain:vulkan-sdk", "--from-report", str(out), "--open-pr") == 2
-    err = capsys.readouterr().err
-    assert says in err and err.startswith(f"error: {tc.REPORT}") and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1, err
-    assert not api.state.opened() and branches(proj) == ["main"]
-    assert not [r for r in api.state.requests if r[0] != "GET"]
+    refused_tampered(proj, api, capsys, out / tc.REPORT, says, "toolchain:vulkan-sdk")
 
 
 @pytest.mark.parametrize("form", ["dev_zero", "fifo", "directory", "too_large", "link"])
@@ -648,15 +635,7 @@ def test_a_toolchains_json_that_is_not_a_plain_file_is_refused_in_one_line_witho
     archive.publish(**MOVED)
     out = tmp_path / "artifact"
     evaluate(proj, out, monkeypatch, "toolchain:vulkan-sdk")
-    (out / tc.REPORT).unlink()
-    plant, says = hostile_files(out / tc.REPORT, tc.MAX_REPORT)[form]
-    plant()
-    proc = bump_child(proj, "toolchain:vulkan-sdk", "--from-report", str(out), "--open-pr")
-    err = proc.stderr
-    assert proc.returncode == 2 and "MemoryError" not in err + proc.stdout and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: cannot read {tc.REPORT}") and says in err, err
-    assert not api.state.opened() and branches(proj) == ["main"]
-    assert not [r for r in api.state.requests if r[0] != "GET"]
+    refused_unread(proj, api, out / tc.REPORT, tc.MAX_REPORT, form, "toolchain:vulkan-sdk")
 
 
 # ---- the project's own recipes, copied: the real lists move and stay loadable and equal ----------------------------------
