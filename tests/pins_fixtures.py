@@ -329,6 +329,21 @@ def evaluate_report(proj: Project, out: Path, monkeypatch, token: str, report: s
     return json.loads((out / report).read_text())
 
 
+def bot_env(monkeypatch, api: FakeAPI, token: str, *, archive: Path) -> None:
+    """The bot's environment in a test: the fake GitHub (and Hugging Face) at `api`, the token, the Debian archive
+    at `archive` as the only mirror; none of a CI runner's variables, no snapshot archive."""
+    from builders.roots import debs
+    from builders.roots.assemble import SNAPSHOT_ENV
+
+    monkeypatch.setenv("ONEBIT_GITHUB_API", api.url)
+    monkeypatch.setenv("ONEBIT_HF_ENDPOINT", api.url)
+    monkeypatch.setenv("ONEBIT_BOT_TOKEN", token)
+    for var in ("GITHUB_TOKEN", "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH", "GITHUB_STEP_SUMMARY",
+                "ONEBIT_PINS_REMOTE", "ONEBIT_PINS_BASE", "HF_TOKEN", SNAPSHOT_ENV):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(debs.MIRROR_ENV, archive.as_uri())
+
+
 def nothing_pushed(proj: Project, api: FakeAPI) -> None:
     """No PR opened, no branch pushed, no request but a GET sent to GitHub."""
     assert not api.state.opened() and branches(proj) == ["main"]

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from builders.roots import debs, assemble as roots
+from builders.roots import assemble as roots
 from builders.pins import roots as roots_bump
 from builders.pins.__main__ import main
 from builders.project.root_pins import Change, load_roots
-from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, evaluate_report, git, refused_tampered, refused_unread
+from pins_fixtures import FakeAPI, Project, Upstream, bot_env, branches, bump, evaluate_report, git, refused_tampered, refused_unread
 
 TOKEN = "t0ken-for-root-tests"
 HEAD = ("# a test root: this comment and the requests above the generated part are kept byte for byte\n"
@@ -52,15 +52,9 @@ def world(tmp_path, monkeypatch):
     """A git project (pins.yaml with one current pin, roots/t.yaml resolved against V1 and committed) with a bare
     origin, the Debian archive, and the fake GitHub."""
     api = FakeAPI()
-    monkeypatch.setenv("ONEBIT_GITHUB_API", api.url)
-    monkeypatch.setenv("ONEBIT_HF_ENDPOINT", api.url)
-    monkeypatch.setenv("ONEBIT_BOT_TOKEN", TOKEN)
-    for var in ("GITHUB_TOKEN", "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH", "GITHUB_STEP_SUMMARY",
-                "ONEBIT_PINS_REMOTE", "ONEBIT_PINS_BASE", "HF_TOKEN", roots.SNAPSHOT_ENV):
-        monkeypatch.delenv(var, raising=False)
     archive = Archive(tmp_path)
     archive.publish(V1)
-    monkeypatch.setenv(debs.MIRROR_ENV, archive.root.as_uri())
+    bot_env(monkeypatch, api, TOKEN, archive=archive.root)
     up = Upstream(tmp_path / "owner" / "tool")
     sha = up.commit("one")
     proj = Project(tmp_path, f"""

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from builders.roots import debs, assemble as roots
 from builders.errors import OnebitError
 from builders.pins import file_moves, toolchains as tc
 from builders.pins import toolchain_inputs as ti, toolchain_moves as tm, toolchain_world as tw
 import local_http
-from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, evaluate_report, git, refused_tampered, refused_unread
+from pins_fixtures import FakeAPI, Project, Upstream, bot_env, branches, bump, evaluate_report, git, refused_tampered, refused_unread
 
 TOKEN = "t0ken-for-toolchain-tests"
 TOP = Path(__file__).resolve().parents[1]
@@ -338,16 +337,10 @@ MOVED = dict(BASE, bookworm=[("libvulkan1", "1.3.239.0-1"), ("libvulkan1", "1.3.
 def world(tmp_path, monkeypatch):
     api = FakeAPI()
     index = FakeIndex()
-    monkeypatch.setenv("ONEBIT_GITHUB_API", api.url)
-    monkeypatch.setenv("ONEBIT_HF_ENDPOINT", api.url)
-    monkeypatch.setenv("ONEBIT_BOT_TOKEN", TOKEN)
     monkeypatch.setenv("PIP_INDEX_URL", index.url)
-    for var in ("GITHUB_TOKEN", "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH", "GITHUB_STEP_SUMMARY",
-                "ONEBIT_PINS_REMOTE", "ONEBIT_PINS_BASE", "HF_TOKEN", roots.SNAPSHOT_ENV):
-        monkeypatch.delenv(var, raising=False)
     archive = Archive(tmp_path)
     archive.publish(**BASE)
-    monkeypatch.setenv(debs.MIRROR_ENV, archive.root.as_uri())
+    bot_env(monkeypatch, api, TOKEN, archive=archive.root)
     index.releases["ziglang"] = {"0.15.2": [wheel_file("ziglang", "0.15.2")]}
     up = Upstream(tmp_path / "owner" / "tool")
     sha1 = up.commit("one")
