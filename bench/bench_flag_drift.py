@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builders.pins import flags, gitops  # noqa: E402
+from builders.pins import flag_options, gitops  # noqa: E402
 from builders.pins.flagdrift import Source, Tree, is_build_file  # noqa: E402
 
 ENV = ["-c", "user.name=bench", "-c", "user.email=bench@localhost"]
@@ -90,7 +90,7 @@ def main() -> int:
         t_sparse, d_sparse = sparse(url, [old, new], base)
         assert d_whole == d_sparse, "the two checkouts read different declarations"
         n = len(d_sparse[1])
-        gone = flags.compare_options("cmake", [], d_sparse[0], d_sparse[1])
+        gone = flag_options.compare_options("cmake", [], d_sparse[0], d_sparse[1])
         print(f"upstream: {args.tree or f'{args.files} files of {args.size} bytes'}; {n} declarations at new, "
               f"{sum(r.result == 'new option' for r in gone)} new")
         print(f"whole tree, old + new : {t_whole:7.2f} s")

@@ -323,6 +323,38 @@ def evaluate_report(proj: Project, out: Path, monkeypatch, token: str, report: s
     return json.loads((out / report).read_text())
 
 
+def bot_env(monkeypatch, api: FakeAPI, token: str, *, archive: Path) -> None:
+    """The bot's environment in a test: the fake GitHub (and Hugging Face) at `api`, the token, the Debian archive
+    at `archive` as the only mirror; none of a CI runner's variables, no snapshot archive."""
+    from builders.roots import debs
+    from builders.roots.assemble import SNAPSHOT_ENV
+
+    monkeypatch.setenv("ONEBIT_GITHUB_API", api.url)
+    monkeypatch.setenv("ONEBIT_HF_ENDPOINT", api.url)
+    monkeypatch.setenv("ONEBIT_BOT_TOKEN", token)
+    for var in ("GITHUB_TOKEN", "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH", "GITHUB_STEP_SUMMARY",
+                "ONEBIT_PINS_REMOTE", "ONEBIT_PINS_BASE", "HF_TOKEN", SNAPSHOT_ENV):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(debs.MIRROR_ENV, archive.as_uri())
+
+
+def nothing_pushed(proj: Project, api: FakeAPI) -> None:
+    """No PR opened, no branch pushed, no request but a GET sent to GitHub."""
+    assert not api.state.opened() and branches(proj) == ["main"]
+    assert not [r for r in api.state.requests if r[0] != "GET"]
+
+
+def refused_tampered(proj: Project, api: FakeAPI, capsys, report: Path, says: str, *names: str) -> None:
+    """The token holder, in this process: `pins bump NAMES --from-report DIR --open-pr` refuses the tampered `report`
+    (in DIR) in one line that starts by naming it and says `says`, and pushes nothing."""
+    capsys.readouterr()
+    assert bump(proj, *names, "--from-report", str(report.parent), "--open-pr") == 2
+    err = capsys.readouterr().err
+    assert says in err and err.startswith(f"error: {report.name}") and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    nothing_pushed(proj, api)
+
+
 # ---- a report file that is not a plain file: read back by the token holder as its own, limited process ------------------
 TOP = Path(__file__).resolve().parent.parent
 CHILD_MEMORY = 2 << 30  # RLIMIT_AS of the child: a reader that held a whole /dev/zero would die with MemoryError
@@ -384,7 +416,6 @@ def branch_pin(name: str, url: str, commit: str) -> str:
 """
 
 
-
 def release_pin(name: str, url: str, tag: str, commit: str, license: str = "MIT") -> str:
     """A pins.yaml entry (Project's pins_body) following url's releases, pinned at tag (its commit)."""
     return f"""
@@ -397,6 +428,7 @@ def release_pin(name: str, url: str, tag: str, commit: str, license: str = "MIT"
   license: {license}
   mirrors: []
 """
+
 
 def make_recipe(name: str, env: dict | None = None, options: dict | None = None) -> str:
     """A recipe building `prog` of pin `name` with make (target cpu), its options (default: ARCH_FLAG and programs)
@@ -430,3 +462,17 @@ def make_recipe(name: str, env: dict | None = None, options: dict | None = None)
           features: []
         """).replace("options:OPTIONS", "options:" + text).replace(
         "  options:", ("  env:" + env_text + "\n  options:") if env else "  options:")
+
+
+def refused_unread(proj: Project, api: FakeAPI, report: Path, limit: int, form: str, *names: str) -> None:
+    """`report` replaced by the hostile `form` (hostile_files, `limit` its bound): the token holder as its own process
+    (`bump_child`: pins bump NAMES --from-report DIR --open-pr) refuses it in one line without reading it (no
+    MemoryError, no hang) and pushes nothing."""
+    report.unlink()
+    plant, says = hostile_files(report, limit)[form]
+    plant()
+    proc = bump_child(proj, *names, "--from-report", str(report.parent), "--open-pr")
+    err = proc.stderr
+    assert proc.returncode == 2 and "MemoryError" not in err + proc.stdout and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: cannot read {report.name}") and says in err, err
+    nothing_pushed(proj, api)

@@ -9,9 +9,11 @@ import textwrap
 
 import pytest
 
-from builders.pins import flagdrift, flags, isolate
+from builders.pins import flag_calls, flag_make, flag_options, flagdrift, flags, isolate
 from builders.pins.__main__ import main
-from builders.pins.flags import CompileLine, Decl, MakeRun, MakeSide, Row
+from builders.pins.flag_make import CompileLine, MakeRun, MakeSide
+from builders.pins.flag_options import Decl
+from builders.pins.flags import Row
 from builders.plan_types import Command
 from builders.roots.root import Root
 from pins_fixtures import FakeAPI, Project, Upstream, branch_pin, git, make_recipe
@@ -43,7 +45,7 @@ endif()
 
 
 def test_cmake_commands_and_their_lines():
-    cmds = flags.cmake_commands(CMAKE)
+    cmds = flag_options.cmake_commands(CMAKE)
     names = [c.name for c in cmds]
     assert names[:4] == ["cmake_minimum_required", "project", "option", "option"]
     level = next(c for c in cmds if c.args and c.args[0] == "DEMO_LEVEL")
@@ -53,7 +55,7 @@ def test_cmake_commands_and_their_lines():
 
 
 def test_cmake_declarations_name_file_and_line():
-    found = flags.cmake_declarations({"CMakeLists.txt": CMAKE, "cmake/more.cmake": 'set(DEMO_MORE ON CACHE BOOL "x")\n',
+    found = flag_options.cmake_declarations({"CMakeLists.txt": CMAKE, "cmake/more.cmake": 'set(DEMO_MORE ON CACHE BOOL "x")\n',
                                       "docs/notes.txt": "option(NOT_CMAKE x)\n", "sub/CMakeLists.txt": "option(DEMO_FAST x)\n"})
     assert {n: d.where for n, d in found.items()} == {
         "DEMO_FAST": "CMakeLists.txt:5",  # the top-level file wins over sub/
@@ -88,7 +90,7 @@ pub fn build(b: *std.Build) void {
 
 
 def test_zig_declarations():
-    found = flags.zig_declarations(BUILD_ZIG)
+    found = flag_options.zig_declarations(BUILD_ZIG)
     assert {n: d.where for n, d in found.items()} == {
         "shaders": "build.zig:6", "threads": "build.zig:7", "extra-libs": "build.zig:12", "mode": "build.zig:13",
         "target": "build.zig:3", "cpu": "build.zig:3", "ofmt": "build.zig:3", "dynamic-linker": "build.zig:3",
@@ -114,7 +116,7 @@ def test_invocations_from_a_build_steps_commands():
         Command(("make", "-C", "/w/b/xdna", "-j2")),
         Command(("zig", "build", "-Doptimize=ReleaseFast", "-Dshaders=true", "--prefix", "/w/p"), cwd="/w/src/ds4@abc"),
     ]]
-    invs = flags.invocations(cmds, source_dir="/w/src/ds4@abc")
+    invs = flag_calls.invocations(cmds, source_dir="/w/src/ds4@abc")
     assert [i.tool for i in invs] == ["make", "cmake", "make", "zig"]
     make, cmake, generated, zig = invs
     assert (make.directory, make.goals, make.variables) == (".", ("cpu",), ("NATIVE_CPU_FLAG=-march=x86-64-v3", "DEBUG_FLAGS="))
@@ -132,13 +134,13 @@ def test_invocations_from_a_build_steps_commands():
     (["gmake", "-Csub", "-fM.mk", "-l", "2.5", "-W", "f.c", "go"], "/s", ("sub", "M.mk", ("go",), (), ("-W", "f.c"))),
 ])
 def test_parse_make(argv, cwd, expected):
-    inv = flags.parse_make(argv, cwd, ["/s"])
+    inv = flag_calls.parse_make(argv, cwd, ["/s"])
     assert (inv.directory, inv.makefile, inv.goals, inv.variables, inv.options) == expected
 
 
 def test_recipe_variables_come_from_the_command_line_or_the_environment():
-    inv = flags.Invocation("make", (), variables=("A=1", "PLAN=x"), env=(("B", "2"), ("CFLAGS", "-pipe")))
-    assert flags.recipe_variables(inv, ["A", "B"]) == ("A=1", "B=2")
+    inv = flag_calls.Invocation("make", (), variables=("A=1", "PLAN=x"), env=(("B", "2"), ("CFLAGS", "-pipe")))
+    assert flag_calls.recipe_variables(inv, ["A", "B"]) == ("A=1", "B=2")
 
 
 # ------------------------------------------------------------------------------------------------ make -n output
@@ -157,7 +159,7 @@ ar rcs libx.a a.o
 
 
 def test_compile_lines():
-    lines = flags.compile_lines(MAKE_N)
+    lines = flag_make.compile_lines(MAKE_N)
     assert lines == {
         "a.o": CompileLine("a.o", "cc", ("-O3", "-ffast-math", "-march=native")),
         "b.c (-c)": CompileLine("b.c (-c)", "gcc-12", ("-O2", "-I include", "-DX=1")),
@@ -175,7 +177,7 @@ def test_compile_lines():
     (["-DA=1", "-DA=2", "-Wl,--as-needed"], ("-DA=1", "-DA=2", "-Wl,--as-needed")),  # not families: all kept
 ])
 def test_effective_flags_last_of_a_family_wins(given, expected):
-    assert flags.effective(given) == expected
+    assert flag_make.effective(given) == expected
 
 
 # ------------------------------------------------------------------------------------------------ option comparison
@@ -197,7 +199,7 @@ NEW = {"A": Decl("A", "CMakeLists.txt:3"), "C": Decl("C", "CMakeLists.txt:4")}
     ([("B", "")], None, [Row("info", "-DB", "", "not declared at new (the old commit could not be read)")]),
 ])
 def test_compare_options(ours, old, expected):
-    assert flags.compare_options("cmake", ours, old, NEW) == expected
+    assert flag_options.compare_options("cmake", ours, old, NEW) == expected
 
 
 # ------------------------------------------------------------------------------------------------ make comparison
@@ -210,11 +212,11 @@ def run(text="", rc=0, err=""):
 UP = run("cc -O3 -ffast-math -march=native -c -o a.o a.c\ncc -O3 -ffast-math -march=native -o prog a.o\n")
 REC = run("cc -O3 -ffast-math -march=x86-64-v3 -c -o a.o a.c\ncc -O3 -ffast-math -march=x86-64-v3 -o prog a.o\n")
 MK = {"Makefile": "ARCH ?= -march=native\nOPT = -O3 -ffast-math\ncpu: prog\n"}
-INV = flags.Invocation("make", ("make", "cpu"), directory=".", goals=("cpu",), variables=("ARCH=-march=x86-64-v3",))
+INV = flag_calls.Invocation("make", ("make", "cpu"), directory=".", goals=("cpu",), variables=("ARCH=-march=x86-64-v3",))
 
 
 def compare(new, old=None, files=MK):
-    rows = flags.compare_make(INV, new, old, new_files=files, old_files=MK, recipe_vars=("ARCH=-march=x86-64-v3",),
+    rows = flag_make.compare_make(INV, new, old, new_files=files, old_files=MK, recipe_vars=("ARCH=-march=x86-64-v3",),
                               recipe_where="recipes/x.yaml:9")
     return [(r.result, r.what, r.where) for r in rows]
 
@@ -230,7 +232,7 @@ def test_make_with_only_the_recipes_overrides_holds_nothing():
 
 def test_make_flag_dropped_by_our_invocation_holds():
     ours = run(REC.out.replace("-O3 -ffast-math ", "-O2 "))
-    rows = flags.compare_make(INV, MakeSide(UP, REC, ours), MakeSide(UP, REC, REC), new_files=MK, old_files=MK,
+    rows = flag_make.compare_make(INV, MakeSide(UP, REC, ours), MakeSide(UP, REC, REC), new_files=MK, old_files=MK,
                               recipe_vars=("ARCH=-march=x86-64-v3",), recipe_where="r")
     held = [r for r in rows if r.holds]
     assert [(r.what, r.where) for r in held] == [("-O3", "Makefile:2"), ("-ffast-math", "Makefile:2")]
@@ -242,10 +244,10 @@ def test_make_target_gone_and_other_failures():
     gone = run(rc=2, err="make: *** No rule to make target 'cpu'.  Stop.\n")
     assert compare(MakeSide(gone, gone, gone)) == [("hold", "make target cpu", "Makefile:3 at old")]
     broken = run(rc=2, err="Makefile:9: *** missing separator.  Stop.\n")
-    rows = flags.compare_make(INV, MakeSide(broken, broken, broken), None, new_files=MK, old_files=None, recipe_vars=(),
+    rows = flag_make.compare_make(INV, MakeSide(broken, broken, broken), None, new_files=MK, old_files=None, recipe_vars=(),
                               recipe_where="r")
     assert [(r.result, r.detail) for r in rows] == [("hold", "upstream's own invocation fails at new: Makefile:9: *** missing separator.  Stop.")]
-    ours_fails = flags.compare_make(INV, MakeSide(UP, REC, broken), None, new_files=MK, old_files=None, recipe_vars=(), recipe_where="r")
+    ours_fails = flag_make.compare_make(INV, MakeSide(UP, REC, broken), None, new_files=MK, old_files=None, recipe_vars=(), recipe_where="r")
     assert ours_fails[-1].holds and "our invocation fails at new where upstream's succeeds" in ours_fails[-1].detail
     slow = MakeRun(None, "", "timed out after 120 s")
     assert compare(MakeSide(slow, slow, slow)) == [("hold", "make -n cpu", "")]  # a hang cannot dodge the check
@@ -259,7 +261,7 @@ def test_make_target_gone_and_other_failures():
 def test_upstream_changes_between_commits_are_reported_not_held():
     new_up = run(UP.out.replace("-ffast-math", "-ffast-math -fno-plt"))
     new_rec = run(REC.out.replace("-ffast-math", "-ffast-math -fno-plt"))
-    rows = flags.compare_make(INV, MakeSide(new_up, new_rec, new_rec), MakeSide(UP, REC, REC),
+    rows = flag_make.compare_make(INV, MakeSide(new_up, new_rec, new_rec), MakeSide(UP, REC, REC),
                               new_files={"Makefile": MK["Makefile"].replace("-ffast-math", "-ffast-math -fno-plt")},
                               old_files=MK, recipe_vars=("ARCH=-march=x86-64-v3",), recipe_where="r")
     assert ("upstream", "-fno-plt", "Makefile:2") in [(r.result, r.what, r.where) for r in rows]

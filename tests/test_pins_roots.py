@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from builders.roots import debs, assemble as roots
+from builders.roots import assemble as roots
 from builders.pins import roots as roots_bump
 from builders.pins.__main__ import main
 from builders.project.root_pins import Change, load_roots
-from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, bump_child, evaluate_report, git, hostile_files
+from pins_fixtures import FakeAPI, Project, Upstream, bot_env, branches, bump, evaluate_report, git, refused_tampered, refused_unread
 
 TOKEN = "t0ken-for-root-tests"
 HEAD = ("# a test root: this comment and the requests above the generated part are kept byte for byte\n"
@@ -52,15 +52,9 @@ def world(tmp_path, monkeypatch):
     """A git project (pins.yaml with one current pin, roots/t.yaml resolved against V1 and committed) with a bare
     origin, the Debian archive, and the fake GitHub."""
     api = FakeAPI()
-    monkeypatch.setenv("ONEBIT_GITHUB_API", api.url)
-    monkeypatch.setenv("ONEBIT_HF_ENDPOINT", api.url)
-    monkeypatch.setenv("ONEBIT_BOT_TOKEN", TOKEN)
-    for var in ("GITHUB_TOKEN", "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH", "GITHUB_STEP_SUMMARY",
-                "ONEBIT_PINS_REMOTE", "ONEBIT_PINS_BASE", "HF_TOKEN", roots.SNAPSHOT_ENV):
-        monkeypatch.delenv(var, raising=False)
     archive = Archive(tmp_path)
     archive.publish(V1)
-    monkeypatch.setenv(debs.MIRROR_ENV, archive.root.as_uri())
+    bot_env(monkeypatch, api, TOKEN, archive=archive.root)
     up = Upstream(tmp_path / "owner" / "tool")
     sha = up.commit("one")
     proj = Project(tmp_path, f"""
@@ -287,13 +281,7 @@ def test_a_tampered_roots_report_is_refused_in_one_line_and_nothing_is_pushed(wo
     data = evaluate(proj, out, monkeypatch, "root:t")
     tamper(data["roots"][0])
     (out / roots_bump.REPORT).write_text(json.dumps(data))
-    capsys.readouterr()
-    assert bump(proj, "root:t", "--from-report", str(out), "--open-pr") == 2
-    err = capsys.readouterr().err
-    assert says in err and err.startswith("error: roots.json") and "Traceback" not in err
-    assert len(err.strip().splitlines()) == 1, err
-    assert not api.state.opened() and branches(proj) == ["main"]
-    assert not [r for r in api.state.requests if r[0] != "GET"]
+    refused_tampered(proj, api, capsys, out / roots_bump.REPORT, says, "root:t")
 
 
 def test_a_report_without_roots_json_is_refused(world, tmp_path, capsys):
@@ -347,15 +335,7 @@ def test_a_roots_json_that_is_not_a_plain_file_is_refused_in_one_line_without_re
     archive.publish(V2)
     out = tmp_path / "artifact"
     evaluate(proj, out, monkeypatch, "root:t")
-    (out / roots_bump.REPORT).unlink()
-    plant, says = hostile_files(out / roots_bump.REPORT, roots_bump.MAX_REPORT)[form]
-    plant()
-    proc = bump_child(proj, "root:t", "--from-report", str(out), "--open-pr")
-    err = proc.stderr
-    assert proc.returncode == 2 and "MemoryError" not in err + proc.stdout and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1 and err.startswith("error: cannot read roots.json") and says in err, err
-    assert not api.state.opened() and branches(proj) == ["main"]
-    assert not [r for r in api.state.requests if r[0] != "GET"]
+    refused_unread(proj, api, out / roots_bump.REPORT, roots_bump.MAX_REPORT, form, "root:t")
 
 
 @pytest.mark.parametrize("name", ["report.json", "drift-results.json"])
@@ -367,11 +347,4 @@ def test_the_pins_report_files_are_read_back_bounded_too(world, tmp_path, monkey
     proj, _, api = world
     out = tmp_path / "artifact"
     evaluate(proj, out, monkeypatch, "tool")
-    (out / name).unlink()
-    plant, says = hostile_files(out / name, MAX_FILE)[form]
-    plant()
-    proc = bump_child(proj, "tool", "--from-report", str(out), "--open-pr")
-    err = proc.stderr
-    assert proc.returncode == 2 and "MemoryError" not in err + proc.stdout and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: cannot read {name}") and says in err, err
-    assert not api.state.opened() and branches(proj) == ["main"]
+    refused_unread(proj, api, out / name, MAX_FILE, form, "tool")

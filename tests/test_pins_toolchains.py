@@ -7,16 +7,16 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from builders.roots import debs, assemble as roots
 from builders.errors import OnebitError
-from builders.pins import toolchains as tc
-from pins_fixtures import FakeAPI, Project, Upstream, branches, bump, bump_child, evaluate_report, git, hostile_files
+from builders.pins import file_moves, toolchains as tc
+from builders.pins import toolchain_inputs as ti, toolchain_moves as tm, toolchain_world as tw
+import local_http
+from pins_fixtures import FakeAPI, Project, Upstream, bot_env, branches, bump, evaluate_report, git, refused_tampered, refused_unread
 
 TOKEN = "t0ken-for-toolchain-tests"
 TOP = Path(__file__).resolve().parents[1]
@@ -61,18 +61,18 @@ def test_one_input_per_distinct_list_with_every_place_that_carries_it():
         "recipes/z.yaml": {"toolchain": [{"tool": "zig", "version": ">=0.15.2",
                                           "wheels": [wheel_entry("ziglang", "0.15.2")]}]},
     }
-    got = {i.name: i for i in tc.find_inputs(recipes)}
+    got = {i.name: i for i in ti.find_inputs(recipes)}
     assert sorted(got) == ["vulkan-sdk", "zig"]
     assert [(p.recipe, p.where) for p in got["vulkan-sdk"].places] == [
         ("recipes/a.yaml", "toolchain"), ("recipes/b.yaml", "variants.v.toolchain")]
     assert got["zig"].kind == "wheels" and got["zig"].version == ">=0.15.2" and got["zig"].files == ["recipes/z.yaml"]
     # a recipe whose list differs is another input, named by its recipe
     recipes["recipes/b.yaml"]["variants"]["v"]["toolchain"][0]["debs"] = sdk[:1]
-    assert sorted(i.name for i in tc.find_inputs(recipes)) == ["vulkan-sdk-a", "vulkan-sdk-b", "zig"]
+    assert sorted(i.name for i in ti.find_inputs(recipes)) == ["vulkan-sdk-a", "vulkan-sdk-b", "zig"]
 
 
 def test_the_projects_own_recipes_carry_four_inputs_the_sdk_in_four_recipes():
-    got = {i.name: i for i in tc.load_inputs(TOP)}
+    got = {i.name: i for i in ti.load_inputs(TOP)}
     assert sorted(got) == ["nvcc", "sysroot", "vulkan-sdk", "zig"]
     assert got["sysroot"].kind == "debs" and len(got["sysroot"].entries) == 9  # the portability sysroot
     assert got["vulkan-sdk"].files == ["recipes/hrx.yaml", "recipes/lean.yaml", "recipes/vulkan.yaml", "recipes/zinc.yaml"]
@@ -88,7 +88,7 @@ def test_the_projects_own_recipes_carry_four_inputs_the_sdk_in_four_recipes():
     ((), True, None, []),  # only other things were named (a pin, a root)
 ])
 def test_which_inputs_a_run_moves(names, given, cadence, want):
-    assert tc.selected(["nvcc", "vulkan-sdk", "zig"], names, given, cadence) == want
+    assert file_moves.selected(["nvcc", "vulkan-sdk", "zig"], names, given, cadence) == want
 
 
 # ---- pure: where a wheel moves -------------------------------------------------------------------------------------------
@@ -118,12 +118,12 @@ NVCC = {v: [wheel_file("nvidia-cuda-nvcc", v)] for v in ("12.9.86", "13.0.88", "
                                         "0.15.3": [wheel_file("ziglang", "0.15.3")]}, None, ("back", "0.15.3")),
 ])
 def test_where_a_pinned_wheel_moves(entry, releases, constraint, want):
-    step = tc.pick_wheel(entry, releases, constraint)
+    step = tm.pick_wheel(entry, releases, constraint)
     assert step.state == want[0]
     if want[0] in ("move", "back"):
         assert step.new == want[1] and step.entry["version"] == want[1] and step.entry["root"] == "x"
         [f] = [f for f in releases[want[1]] if not f.get("yanked") and
-               tc.wheel_tags(f["filename"]) == tc.wheel_tags(next(
+               tm.wheel_tags(f["filename"]) == tm.wheel_tags(next(
                    g["filename"] for rel in releases.values() for g in rel if g["digests"]["sha256"] == entry["sha256"]))]
         assert step.entry["sha256"] == f["digests"]["sha256"]
     elif want[0] == "current":
@@ -132,7 +132,7 @@ def test_where_a_pinned_wheel_moves(entry, releases, constraint, want):
 
 # ---- pure: where a Debian package moves -------------------------------------------------------------------------------------
 def indexes(**suites) -> list:
-    return [(s, tc.index_debs([stanza(*p) for p in pkgs])) for s, pkgs in suites.items()]
+    return [(s, tm.index_debs([stanza(*p) for p in pkgs])) for s, pkgs in suites.items()]
 
 
 SUITES = dict(
@@ -151,11 +151,11 @@ SUITES = dict(
     (deb_entry("glslc", "2025.2-1"), ("current", "2025.2-1 (trixie)")),  # sid's newer one is not its suite
     (deb_entry("libvulkan1", "1.4.330.0-1"), ("current", "1.4.330.0-1 (sid)")),
     (deb_entry("clang-22", "1:22.1.8-1"), ("current", "1:22.1.8-1 (sid)")),  # the epoch is not in the pool name
-    (deb_entry("glslc", "2024.1-1"), ("vanished", tc.VANISHED)),
+    (deb_entry("glslc", "2024.1-1"), ("vanished", tm.VANISHED)),
     ({**deb_entry("glslc", "2025.2-1"), "sha256": "0" * 64}, ("refused", None)),
 ])
 def test_where_a_pinned_debian_package_moves(entry, want):
-    step = tc.pick_deb(entry, indexes(**SUITES))
+    step = tm.pick_deb(entry, indexes(**SUITES))
     assert step.state == want[0]
     if want[1]:
         assert step.new == want[1]
@@ -167,9 +167,9 @@ def test_where_a_pinned_debian_package_moves(entry, want):
 def test_a_suite_that_went_back_leaves_the_pin_vanished_not_moved_back():
     """The pinned version left its suite (experimental dropped the upload, a point release was withdrawn): reported,
     never replaced by the older one the suite still has."""
-    step = tc.pick_deb(deb_entry("libvulkan1", "1.3.239.0-1+deb12u1"),
+    step = tm.pick_deb(deb_entry("libvulkan1", "1.3.239.0-1+deb12u1"),
                        indexes(bookworm=[("libvulkan1", "1.3.239.0-1")], trixie=[("libvulkan1", "1.4.309.0-1")]))
-    assert (step.state, step.new) == ("vanished", tc.VANISHED)
+    assert (step.state, step.new) == ("vanished", tm.VANISHED)
 
 
 @pytest.mark.parametrize("path, want", [
@@ -178,12 +178,12 @@ def test_a_suite_that_went_back_leaves_the_pin_vanished_not_moved_back():
     ("pool/main/g/gcc-14/libstdc++6_14.2.0-19_amd64.deb", ("libstdc++6", "14.2.0-19", "amd64")),
 ])
 def test_a_pool_path_names_package_version_and_architecture(path, want):
-    assert tc.pool_name(path) == want
+    assert tm.pool_name(path) == want
 
 
 def test_a_pool_path_that_is_no_package_file_is_refused():
     with pytest.raises(OnebitError, match="not a Debian package file name"):
-        tc.pool_name("pool/main/x/x.deb")
+        tm.pool_name("pool/main/x/x.deb")
 
 
 @pytest.mark.parametrize("states, allowed, want", [
@@ -196,8 +196,8 @@ def test_a_pool_path_that_is_no_package_file_is_refused():
     (["refused"], False, "refused"),
 ])
 def test_what_the_entries_do_to_the_input(states, allowed, want):
-    steps = [tc.Step("p", s, "1", "2") for s in states]
-    assert tc.decide(steps, allowed) == want
+    steps = [tm.Step("p", s, "1", "2") for s in states]
+    assert tm.decide(steps, allowed) == want
 
 
 # ---- pure: the recipe edit -------------------------------------------------------------------------------------------------
@@ -226,11 +226,11 @@ def test_the_edit_rewrites_only_the_moved_entries_and_keeps_comments():
     text = recipe_text()
     old = [deb_entry("glslc", "2025.2-1"), deb_entry("libvulkan1", "1.3.239.0-1")]
     new = [old[0], deb_entry("libvulkan1", "1.3.239.0-1+deb12u1")]
-    assert tc.edit_text(text, old, new, "debs") == recipe_text(vulkan="1.3.239.0-1+deb12u1")
+    assert ti.edit_text(text, old, new, "debs") == recipe_text(vulkan="1.3.239.0-1+deb12u1")
     w_old, w_new = [wheel_entry("ziglang", "0.15.2")], [wheel_entry("ziglang", "0.15.3")]
-    assert tc.edit_text(text, w_old, w_new, "wheels") == recipe_text(zig="0.15.3")
+    assert ti.edit_text(text, w_old, w_new, "wheels") == recipe_text(zig="0.15.3")
     with pytest.raises(OnebitError, match="no line pins"):
-        tc.edit_text(text, [deb_entry("x", "1")], [deb_entry("x", "2")], "debs", "recipes/a.yaml")
+        ti.edit_text(text, [deb_entry("x", "1")], [deb_entry("x", "2")], "debs", "recipes/a.yaml")
 
 
 @pytest.mark.parametrize("env, want", [
@@ -239,7 +239,7 @@ def test_the_edit_rewrites_only_the_moved_entries_and_keeps_comments():
     ({"PIP_INDEX_URL": "http://127.0.0.1:9/root/pypi/+simple http://other"}, "http://127.0.0.1:9/root/pypi/+simple"),
 ])
 def test_the_index_is_pips(env, want):
-    assert tc.pypi_base(env) == want
+    assert tw.pypi_base(env) == want
 
 
 @pytest.mark.parametrize("listing, want", [
@@ -249,7 +249,7 @@ def test_the_index_is_pips(env, want):
     ("", None),
 ])
 def test_pips_configured_index_is_read_from_its_config_listing(listing, want):
-    assert tc.index_setting(listing) == want
+    assert tw.index_setting(listing) == want
 
 
 def test_without_a_setting_the_index_is_the_one_pip_uses(tmp_path, monkeypatch):
@@ -257,7 +257,7 @@ def test_without_a_setting_the_index_is_the_one_pip_uses(tmp_path, monkeypatch):
     conf = tmp_path / "pip.conf"
     conf.write_text("[global]\nindex-url = http://127.0.0.1:9/simple\n")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
-    assert tc.pypi_base({}) == "http://127.0.0.1:9"
+    assert tw.pypi_base({}) == "http://127.0.0.1:9"
 
 
 # ---- the bump: a fake package index, a Debian archive on disk ---------------------------------------------------------------
@@ -285,13 +285,11 @@ class FakeIndex:
             def log_message(self, *a):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple"
+        self.server, base = local_http.serve(Handler)
+        self.url = f"{base}/simple"
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        local_http.stop(self.server)
 
 
 class Archive:
@@ -339,16 +337,10 @@ MOVED = dict(BASE, bookworm=[("libvulkan1", "1.3.239.0-1"), ("libvulkan1", "1.3.
 def world(tmp_path, monkeypatch):
     api = FakeAPI()
     index = FakeIndex()
-    monkeypatch.setenv("ONEBIT_GITHUB_API", api.url)
-    monkeypatch.setenv("ONEBIT_HF_ENDPOINT", api.url)
-    monkeypatch.setenv("ONEBIT_BOT_TOKEN", TOKEN)
     monkeypatch.setenv("PIP_INDEX_URL", index.url)
-    for var in ("GITHUB_TOKEN", "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH", "GITHUB_STEP_SUMMARY",
-                "ONEBIT_PINS_REMOTE", "ONEBIT_PINS_BASE", "HF_TOKEN", roots.SNAPSHOT_ENV):
-        monkeypatch.delenv(var, raising=False)
     archive = Archive(tmp_path)
     archive.publish(**BASE)
-    monkeypatch.setenv(debs.MIRROR_ENV, archive.root.as_uri())
+    bot_env(monkeypatch, api, TOKEN, archive=archive.root)
     index.releases["ziglang"] = {"0.15.2": [wheel_file("ziglang", "0.15.2")]}
     up = Upstream(tmp_path / "owner" / "tool")
     sha1 = up.commit("one")
@@ -408,7 +400,7 @@ def test_a_vanished_package_is_reported_not_moved(world, capsys):
     a = read(proj, "a")
     assert bump(proj, "toolchain:vulkan-sdk") == 1
     res = capsys.readouterr()
-    assert "refused" in res.out and "glslc" in res.err and tc.VANISHED in res.err
+    assert "refused" in res.out and "glslc" in res.err and tm.VANISHED in res.err
     assert read(proj, "a") == a
 
 
@@ -570,12 +562,7 @@ def test_a_tampered_report_is_refused_in_one_line_and_nothing_is_pushed(world, t
     data = evaluate(proj, out, monkeypatch, "toolchain:vulkan-sdk")
     tamper(data["inputs"][0])
     (out / tc.REPORT).write_text(json.dumps(data))
-    capsys.readouterr()
-    assert bump(proj, "toolchain:vulkan-sdk", "--from-report", str(out), "--open-pr") == 2
-    err = capsys.readouterr().err
-    assert says in err and err.startswith(f"error: {tc.REPORT}") and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1, err
-    assert not api.state.opened() and branches(proj) == ["main"]
+    refused_tampered(proj, api, capsys, out / tc.REPORT, says, "toolchain:vulkan-sdk")
 
 
 # ---- toolchains.json tampered with as a whole (the roots.json forms), and not a plain file ---------------------------------
@@ -629,13 +616,7 @@ def test_a_toolchains_json_tampered_as_a_whole_is_refused_in_one_line_and_nothin
     out = tmp_path / "artifact"
     data = evaluate(proj, out, monkeypatch, "toolchain:vulkan-sdk")
     (out / tc.REPORT).write_text(tamper(data))
-    capsys.readouterr()
-    assert bump(proj, "toolchain:vulkan-sdk", "--from-report", str(out), "--open-pr") == 2
-    err = capsys.readouterr().err
-    assert says in err and err.startswith(f"error: {tc.REPORT}") and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1, err
-    assert not api.state.opened() and branches(proj) == ["main"]
-    assert not [r for r in api.state.requests if r[0] != "GET"]
+    refused_tampered(proj, api, capsys, out / tc.REPORT, says, "toolchain:vulkan-sdk")
 
 
 @pytest.mark.parametrize("form", ["dev_zero", "fifo", "directory", "too_large", "link"])
@@ -647,15 +628,7 @@ def test_a_toolchains_json_that_is_not_a_plain_file_is_refused_in_one_line_witho
     archive.publish(**MOVED)
     out = tmp_path / "artifact"
     evaluate(proj, out, monkeypatch, "toolchain:vulkan-sdk")
-    (out / tc.REPORT).unlink()
-    plant, says = hostile_files(out / tc.REPORT, tc.MAX_REPORT)[form]
-    plant()
-    proc = bump_child(proj, "toolchain:vulkan-sdk", "--from-report", str(out), "--open-pr")
-    err = proc.stderr
-    assert proc.returncode == 2 and "MemoryError" not in err + proc.stdout and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: cannot read {tc.REPORT}") and says in err, err
-    assert not api.state.opened() and branches(proj) == ["main"]
-    assert not [r for r in api.state.requests if r[0] != "GET"]
+    refused_unread(proj, api, out / tc.REPORT, tc.MAX_REPORT, form, "toolchain:vulkan-sdk")
 
 
 # ---- the project's own recipes, copied: the real lists move and stay loadable and equal ----------------------------------
@@ -679,18 +652,18 @@ def test_the_projects_recipes_move_alike_and_still_load(tmp_path, monkeypatch):
     for d in ("recipes", "roots"):
         shutil.copytree(TOP / d, copy / d)
     (copy / "onebit").mkdir()  # recipes/serve.yaml's local source
-    inputs = {i.name: i for i in tc.load_inputs(copy)}
+    inputs = {i.name: i for i in ti.load_inputs(copy)}
     sdk = inputs["vulkan-sdk"]
     suites: dict[str, list[dict]] = {"bookworm": [], "trixie": [], "sid": [], "experimental": []}
     for e in sdk.entries:
-        name, version, arch = tc.pool_name(e["path"])
+        name, version, arch = tm.pool_name(e["path"])
         suite = "bookworm" if name == "libvulkan1" else "trixie"
         suites[suite].append({"Package": name, "Version": version, "Architecture": arch, "Filename": e["path"],
                               "SHA256": e["sha256"]})
         suites["sid"].append(stanza(name, version + "+sid1", arch))
     suites["bookworm"].append(stanza("libvulkan1", "1.3.239.0-1+deb12u1"))
     for e in inputs["sysroot"].entries:  # Debian 12's: a bookworm point release of glibc, newer ones in trixie and sid
-        name, version, arch = tc.pool_name(e["path"])
+        name, version, arch = tm.pool_name(e["path"])
         suites["bookworm"].append({"Package": name, "Version": version, "Architecture": arch, "Filename": e["path"],
                                    "SHA256": e["sha256"]})
         suites["trixie"].append(stanza(name, version + "+trixie1", arch))
@@ -713,7 +686,7 @@ def test_the_projects_recipes_move_alike_and_still_load(tmp_path, monkeypatch):
         monkeypatch.setenv("PIP_INDEX_URL", index.url)
         files = [*(copy / "recipes").glob("*.yaml"), copy / "floor.yaml"]
         before = {f.name: f.read_text() for f in files}
-        world = tc.World(copy, archives=[archive.as_uri()])
+        world = tw.World(copy, archives=[archive.as_uri()])
         out = {o.pin: o for o in tc.bump_inputs(copy, Options(), names_given=False, world=world)}
     finally:
         index.close()
@@ -733,9 +706,9 @@ def test_the_projects_recipes_move_alike_and_still_load(tmp_path, monkeypatch):
         assert len(before[n].splitlines()) == len(after[n].splitlines())
         assert len(diff) == {"cuda.yaml": 1, "zinc.yaml": 2}.get(n, 1), (n, diff)
         assert all(not a.lstrip().startswith("#") for a, _ in diff)
-    moved = {i.name: i for i in tc.load_inputs(copy)}
+    moved = {i.name: i for i in ti.load_inputs(copy)}
     assert sorted(moved) == ["nvcc", "sysroot", "vulkan-sdk", "zig"]  # still one SDK list, in the same four recipes
     assert moved["vulkan-sdk"].files == sdk.files
-    assert tc.pool_name(moved["vulkan-sdk"].entries[-1]["path"])[1] == "1.3.239.0-1+deb12u1"
+    assert tm.pool_name(moved["vulkan-sdk"].entries[-1]["path"])[1] == "1.3.239.0-1+deb12u1"
     config.load_project(copy)  # the project's loader takes the edited recipes
     assert yaml.safe_load(after["zinc.yaml"])["toolchain"][0]["wheels"][0]["version"] == "0.15.3"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import local_http
 from github_fake import REPO, TOKEN, Fake, Fault
 
 from builders.io import http
@@ -269,8 +270,7 @@ class _Server:
 
     def __init__(self, answer):
         import json
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         seen = self.seen = []
 
@@ -294,13 +294,10 @@ class _Server:
 
             do_GET = do_POST = handle_any
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server, self.url = local_http.serve(H)
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        local_http.stop(self.server)
 
 
 def test_the_token_never_goes_to_an_upload_url_on_another_host(fake, files):

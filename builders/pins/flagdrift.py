@@ -1,6 +1,7 @@
 """Build-flag drift, the effectful half: check out a pin's old and new commit, plan each recipe variant that builds
 from it (builders.plan.make_plan, so our side is exactly what a build would run), read upstream's build files and
-run `make -n`. Every decision is in builders/pins/flags.py.
+run `make -n`. Every decision is in builders/pins/flag_calls.py, flag_options.py and flag_make.py (the rows:
+flags.py).
 
 Two halves, run by builders/pins/isolate.py in two sandboxes, neither holding a secret:
 - `checkout_trees` (the evaluating part, with network): the commits' trees into a scratch directory;
@@ -26,8 +27,9 @@ from ..inputs.host import HostFacts, gather
 from ..plan import make_plan
 from ..plan_types import Layout, Step
 from ..io import gitcmd, runner
-from . import flags, gitops, readtree
-from .flags import MakeRun, MakeSide, Row, VariantReport
+from . import flag_calls, flag_make, flag_options, flags, gitops, readtree
+from .flag_make import MakeRun, MakeSide
+from .flags import Row, VariantReport
 
 MAKE_TIMEOUT = 120.0  # seconds for one `make -n`: it runs nothing, but a Makefile's $(shell ...) could hang
 MAKE_MEMORY = 2 << 30  # bytes of address space for one `make -n` (and what its $(shell ...) starts)
@@ -48,20 +50,20 @@ class Tree:
             self._cache[kind] = readtree.read_files(self.path, pick, refused=self.refused)
         return self._cache[kind]
 
-    def cmake(self) -> dict[str, flags.Decl]:
-        return flags.cmake_declarations(self.files("cmake", flags.is_cmake_file))
+    def cmake(self) -> dict[str, flag_options.Decl]:
+        return flag_options.cmake_declarations(self.files("cmake", flag_options.is_cmake_file))
 
-    def zig(self, build_file: str = "build.zig") -> dict[str, flags.Decl]:
+    def zig(self, build_file: str = "build.zig") -> dict[str, flag_options.Decl]:
         text = readtree.read_one(self.path, build_file, refused=self.refused)
-        return flags.zig_declarations(text, build_file) if text is not None else {}
+        return flag_options.zig_declarations(text, build_file) if text is not None else {}
 
     def makefiles(self) -> dict[str, str]:
-        return self.files("make", flags.is_makefile)
+        return self.files("make", flag_make.is_makefile)
 
 
 def is_build_file(rel: str) -> bool:
     """What the cmake and zig comparisons read; a make comparison needs the whole tree (make -n checks prerequisites)."""
-    return flags.is_cmake_file(rel) or flags.is_makefile(rel) or rel == "build.zig"
+    return flag_options.is_cmake_file(rel) or flag_make.is_makefile(rel) or rel == "build.zig"
 
 
 class Source:
@@ -152,9 +154,9 @@ def run_make(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], paths: M
     return MakeRun(proc.returncode, flags.redact(proc.stdout, paths), flags.redact(proc.stderr, paths))
 
 
-def _make_rows(inv: flags.Invocation, variant: Variant, recipe: Recipe, trees: tuple[Tree | None, Tree], aliases: Sequence[str],
+def _make_rows(inv: flag_calls.Invocation, variant: Variant, recipe: Recipe, trees: tuple[Tree | None, Tree], aliases: Sequence[str],
                limits: MakeLimits, paths: Mapping[str, str], commits: tuple[str, str]) -> list[Row]:
-    rvars = flags.recipe_variables(inv, [k for k in variant.options if k != "programs"])
+    rvars = flag_calls.recipe_variables(inv, [k for k in variant.options if k != "programs"])
 
     def into(tree: Tree, text: str) -> str:  # the plan's source paths, in this checkout
         for a in sorted(aliases, key=len, reverse=True):
@@ -179,9 +181,9 @@ def _make_rows(inv: flags.Invocation, variant: Variant, recipe: Recipe, trees: t
     if not (new_tree.path / inv.directory).is_dir():
         return [Row(flags.HOLD, f"make -C {inv.directory}", "", f"the directory is gone at {commits[1]}")]
     old = side(old_tree) if old_tree is not None and (old_tree.path / inv.directory).is_dir() else None
-    return flags.compare_make(inv, side(new_tree), old, new_files=new_tree.makefiles(),
+    return flag_make.compare_make(inv, side(new_tree), old, new_files=new_tree.makefiles(),
                               old_files=old_tree.makefiles() if old_tree else None, recipe_vars=rvars,
-                              recipe_where={flags.make_variable(v) or "": option_where(recipe, variant.name, flags.make_variable(v) or "")
+                              recipe_where={flag_calls.make_variable(v) or "": option_where(recipe, variant.name, flag_calls.make_variable(v) or "")
                                             for v in rvars}, commits=commits)
 
 
@@ -215,8 +217,8 @@ def _plan(project: Project, recipe: Recipe, vname: str, pin: str, commit: str, h
         step = build_step(project, recipe, variant, pin, commit, host, layout)
     except (OnebitError, KeyError) as exc:
         return Planned(recipe, variant, host, error=exc.what if isinstance(exc, OnebitError) else f"no build step {exc}")
-    return Planned(recipe, variant, host, flags.invocations(step.commands, source_dir=step.data.source_dir),
-                   flags.source_aliases(step.commands, step.data.source_dir))
+    return Planned(recipe, variant, host, flag_calls.invocations(step.commands, source_dir=step.data.source_dir),
+                   flag_calls.source_aliases(step.commands, step.data.source_dir))
 
 
 def _variant_report(p: Planned, trees: tuple[Tree | None, Tree], layout: Layout, commits: tuple[str, str],
@@ -233,8 +235,8 @@ def _variant_report(p: Planned, trees: tuple[Tree | None, Tree], layout: Layout,
     for tool, decls in (("cmake", lambda t: t.cmake()), ("zig", lambda t: t.zig())):
         ours = [d for inv in p.invs if inv.tool == tool for d in inv.defines]
         if any(inv.tool == tool for inv in p.invs):
-            labels.append(f"{tool} -D options ({len({n for n, _ in ours if not (tool == 'cmake' and flags.CMAKE_OWN.match(n))})})")
-            rows += flags.compare_options(tool, ours, decls(old_tree) if old_tree else None, decls(new_tree), commits=commits)
+            labels.append(f"{tool} -D options ({len({n for n, _ in ours if not (tool == 'cmake' and flag_options.CMAKE_OWN.match(n))})})")
+            rows += flag_options.compare_options(tool, ours, decls(old_tree) if old_tree else None, decls(new_tree), commits=commits)
     for inv in (i for i in p.invs if i.tool == "make"):
         labels.append(f"`{inv.label()}`")
         if inv.directory is None:

@@ -12,7 +12,7 @@ a bare NAME is a pin. Every kind answers the `Mover` protocol, one method per mo
   local(run)              a local run: the files written in place
 
 The roots and the toolchain inputs share one shape (`FileMover`: a report file of entries, moves checked against the
-committed files, delivered by bump.deliver_files), so each is one entry of MOVERS naming its module's operations.
+committed files, delivered by builders/pins/file_moves.py), so each is one entry of MOVERS naming its module's operations.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import bump as bumpmod
+from . import file_moves
 from . import roots as roots_bump
 from . import toolchains as tc_bump
 from .bump import Context, Options, Outcome
@@ -59,7 +60,7 @@ class Mover(Protocol):
 def picked(names: Sequence[str], prefix: str) -> list[str]:
     """Pure: the names of the kind whose prefix is `prefix` ("" for the pins), without it."""
     if prefix:
-        return [n.removeprefix(prefix) for n in names if n.startswith(prefix)]
+        return file_moves.picked(names, prefix)
     others = [m.prefix for m in MOVERS.values() if m.prefix]
     return [n for n in names if not n.startswith(tuple(others))]
 

@@ -19,7 +19,6 @@ A move is delivered like a pin's (docs/pins.md):
 from __future__ import annotations
 
 import hashlib
-import re
 import tempfile
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -29,39 +28,22 @@ from debian.debian_support import Version
 
 from ..errors import OnebitError
 from ..project.root_pins import Change, RootPin, describe, diff, load_roots, moved_text
-from . import decide, report
+from . import decide, file_moves, report
 from .bump import Options, Outcome
+from .file_moves import (ENTRY_NAME, MAX_DETAIL, SHA256, claim, committed_reader, picked, read_strictly,
+                         rollback_allowed, selected)
 
 PREFIX = "root:"
-CADENCE = "weekly"
 REPORT = "roots.json"  # beside report.json in the evaluating job's artifact
 VERSION = 1
 MAX_FILE = 4 << 20  # bytes of one roots/<name>.yaml in the report (strix-sid is ~60 KiB)
 MAX_REPORT = 64 << 20  # bytes of roots.json
-MAX_DETAIL = 20_000
-STATES = ("current", "would-propose", "held", "refused", "error")
 BRANCH_PREFIX = "onebit/bump-root-"
 BODY_LIMIT = 60_000  # GitHub refuses a PR body over 65536 characters
 MARKER = "<!-- onebit-root-bump"
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-ENTRY_NAME = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,99})$")
 
 
 # ---- pure ------------------------------------------------------------------------------------------------------------
-def split_names(names: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Pure: (pin names, root names) of the names given to `pins bump` (a root is named `root:NAME`)."""
-    pins = [n for n in names if not n.startswith(PREFIX)]
-    return pins, [n.removeprefix(PREFIX) for n in names if n.startswith(PREFIX)]
-
-
-def selected(roots: Sequence[str], names: Sequence[str], given: bool, cadence: str | None) -> list[str]:
-    """Pure: the roots a `pins bump` run moves: those named; with no name at all, every root unless --cadence asks
-    for another cadence than the roots' (weekly)."""
-    if given:
-        return [r for r in roots if r in names]
-    return list(roots) if cadence in (None, "all", CADENCE) else []
-
-
 def backwards(changes: Sequence[Change], old: Sequence, new: Sequence) -> list[str]:
     """Pure: the packages a re-resolution would move to an older version, as report lines."""
     a = {d.package: d for d in old}
@@ -158,7 +140,7 @@ def evaluate_root(pin: RootPin, opts: Options, *, resolve: Callable | None = Non
     except OnebitError as exc:
         return {**entry, "state": "refused", "detail": exc.what}
     older = backwards(changes, pin.resolved, resolved)
-    state = decision(len(changes), older, bool(opts.allow_rollback and opts.reason))
+    state = decision(len(changes), older, rollback_allowed(opts))
     if state == "current":
         return {**entry, "detail": f"{len(resolved)} packages, snapshot {pin.snapshot}"}
     new = moved_text(text, pin.snapshot, resolved, True, stamp or snapshot_stamp())
@@ -173,7 +155,7 @@ def evaluate_roots(root: Path, opts: Options, *, names_given: bool, log: Callabl
     if problems:
         return [{"name": "*", "state": "error", "detail": "; ".join(problems)[:MAX_DETAIL], "base_sha256": None,
                  "text": None}]
-    _, wanted = split_names(opts.names)
+    wanted = picked(opts.names, PREFIX)
     out = [{"name": n if ENTRY_NAME.match(n) else "*", "state": "error", "base_sha256": None, "text": None,
             "detail": f"no build root named {n!r}; roots/ has: {', '.join(sorted(found))}"[:MAX_DETAIL]}
            for n in sorted(set(wanted) - set(found))]
@@ -202,7 +184,7 @@ def bump_root(pin: RootPin, opts: Options, *, resolve: Callable | None = None, l
     except OnebitError as exc:
         return Outcome(name, "refused", exc.what)
     older = backwards(changes, pin.resolved, resolved)
-    state = decision(len(changes), older, bool(opts.allow_rollback and opts.reason))
+    state = decision(len(changes), older, rollback_allowed(opts))
     if state == "current":
         return Outcome(name, "current", f"{len(resolved)} packages, snapshot {pin.snapshot}")
     if state == "held":
@@ -220,7 +202,7 @@ def bump_roots(root: Path, opts: Options, *, names_given: bool, log: Callable[[s
     found, problems = load_roots(Path(root) / "roots")
     if problems:
         return [Outcome(PREFIX + "*", "error", "; ".join(problems))]
-    _, wanted = split_names(opts.names)
+    wanted = picked(opts.names, PREFIX)
     unknown = sorted(set(wanted) - set(found))
     out = [Outcome(PREFIX + n, "error", f"no build root named {n!r}; roots/ has: {', '.join(sorted(found))}")
            for n in unknown]
@@ -260,40 +242,22 @@ def read_report(data, known: Collection[str], committed: Callable[[str], str], a
     """roots.json (as parsed JSON) checked against this checkout: `known` its roots, `committed(name)` the text of its
     committed roots/<name>.yaml; the state of each move decided again here from the two files (`decision`), never
     taken from the report. Anything else than what `evaluate_roots` writes is one ReportError."""
-    try:
-        return _read(data, known, committed, allowed)
-    except report.ReportError as exc:
-        raise report.ReportError(f"{REPORT}: {exc.what}; nothing was pushed or opened") from None
+    return read_strictly(REPORT, lambda: _read(data, known, committed, allowed))
 
 
 def _read(data, known: Collection[str], committed: Callable[[str], str], allowed: bool) -> list[RootMove]:
     bad = report._bad
-    top = report._obj(data, "the top level", {"version", "roots"}, {"version", "roots"})
-    if report._int(top["version"], "version") != VERSION:
-        raise bad("version", f"{top['version']!r}, not {VERSION}")
     out: list[RootMove] = []
     seen: set[str] = set()
-    for i, e in enumerate(report._list(top["roots"], "roots")):
-        w = f"roots[{i}]"
-        keys = {"name", "state", "detail", "base_sha256", "text"}
-        e = report._obj(e, w, keys, keys)
-        name = report._str(e["name"], f"{w}.name", limit=100)
-        state = report._str(e["state"], f"{w}.state", limit=40)
-        detail = report._str(e["detail"], f"{w}.detail", limit=MAX_DETAIL)
+    for w, e, name, state, detail in file_moves.entries(data, "roots", VERSION, ("base_sha256", "text")):
         base = report._str(e["base_sha256"], f"{w}.base_sha256", none=True, limit=64)
         text = report._str(e["text"], f"{w}.text", none=True, limit=MAX_FILE)
-        if state not in STATES:
-            raise bad(f"{w}.state", f"unknown state {state!r}")
         if state == "error":  # the evaluating side's failure (an unknown name, a roots/ that does not load): told again
             if not ENTRY_NAME.match(name) or base is not None or text is not None:
                 raise bad(w, "an error entry names no file and carries no text")
             out.append(RootMove(name, state, detail))
             continue
-        if name not in known:
-            raise bad(f"{w}.name", f"{name!r} is not a build root of this checkout")
-        if name in seen:
-            raise bad(f"{w}.name", f"{name!r} comes twice")
-        seen.add(name)
+        claim(name, w, known, seen, "a build root")
         head = committed(name)
         if not SHA256.match(base or "") or base != digest(head):
             raise bad(f"{w}.base_sha256", f"made from another roots/{name}.yaml than this checkout's committed one")
@@ -333,35 +297,23 @@ def root_file(name: str) -> str:
 
 def verified_moves(ctx, opts: Options, data) -> list[RootMove]:
     """roots.json read against this checkout: with --open-pr the committed files (HEAD), else the working tree's."""
-    from . import bump as bumpmod
-
     known, _problems = load_roots(Path(ctx.root) / "roots")  # a root that does not load is the report's error entry
-    if opts.open_pr and not opts.dry_run:
-        repo = bumpmod.Repo(ctx.root, opts.remote, ctx.token)
+    committed = committed_reader(ctx, opts)
+    return read_report(data, set(known), lambda name: committed(root_file(name)), rollback_allowed(opts))
 
-        def committed(name: str) -> str:
-            return repo.head_text(root_file(name))
-    else:
-        def committed(name: str) -> str:
-            return (Path(ctx.root) / root_file(name)).read_text(encoding="utf-8")
-    return read_report(data, set(known), committed, bool(opts.allow_rollback and opts.reason))
+
+def proposal(m: RootMove, rollback: str | None) -> dict:
+    """Pure: a moving root's PR: its one file, branch, title, body and commit message."""
+    return {"files": {root_file(m.name): m.text}, "branch": branch_name(m.name, m.text),
+            "title": pr_title(m.name, len(m.changes)),
+            "body": pr_body(m.name, m.changes, m.snapshot, m.text, rollback=rollback, older=m.older),
+            "message": commit_message(m.name, m.changes, m.snapshot, rollback)}
 
 
 def deliver(ctx, opts: Options, moves: Sequence[RootMove]) -> list[Outcome]:
     """Each verified move: a PR of its own (--open-pr), a line (--dry-run), or the file written in place
-    (bump.deliver_files, shared with the toolchain inputs)."""
-    from . import bump as bumpmod
-
-    def move(m: RootMove) -> bumpmod.FileMove:
-        if m.state != "would-propose":
-            return bumpmod.FileMove(PREFIX + m.name, m.state, m.detail)
-        rollback = opts.reason if m.older else None
-        return bumpmod.FileMove(PREFIX + m.name, m.state, m.detail, files={root_file(m.name): m.text},
-                                branch=branch_name(m.name, m.text), title=pr_title(m.name, len(m.changes)),
-                                body=pr_body(m.name, m.changes, m.snapshot, m.text, rollback=rollback, older=m.older),
-                                message=commit_message(m.name, m.changes, m.snapshot, rollback), rollback=bool(rollback),
-                                older=lambda ref, n=m.name: is_branch_of(n, ref))
-    return bumpmod.deliver_files(ctx, opts, [move(m) for m in moves])
+    (file_moves.deliver, shared with the toolchain inputs)."""
+    return file_moves.deliver(ctx, opts, moves, prefix=PREFIX, branch_prefix=BRANCH_PREFIX, proposal=proposal)
 
 
 def in_process(root: Path, opts: Options, *, names_given: bool, log: Callable[[str], None] = lambda m: None,
@@ -369,4 +321,3 @@ def in_process(root: Path, opts: Options, *, names_given: bool, log: Callable[[s
     """`--open-pr` without a report: the roots evaluated here (Debian's indexes only, no upstream content), as the
     roots.json data the token holder then reads back like a downloaded one."""
     return {"version": VERSION, "roots": evaluate_roots(root, opts, names_given=names_given, log=log, resolve=resolve)}
-
