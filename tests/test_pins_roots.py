@@ -19,7 +19,8 @@ from builders.roots import assemble as roots
 from builders.pins import roots as roots_bump
 from builders.pins.__main__ import main
 from builders.project.root_pins import Change, load_roots
-from pins_fixtures import FakeAPI, Project, Upstream, bot_env, branches, bump, evaluate_report, git, refused_tampered, refused_unread
+from pins_fixtures import (FakeAPI, Project, Upstream, bot_env, branch_pin, branches, bump, evaluate_report, git,
+                           refused_tampered, refused_unread)
 
 TOKEN = "t0ken-for-root-tests"
 HEAD = ("# a test root: this comment and the requests above the generated part are kept byte for byte\n"
@@ -57,16 +58,7 @@ def world(tmp_path, monkeypatch):
     bot_env(monkeypatch, api, TOKEN, archive=archive.root)
     up = Upstream(tmp_path / "owner" / "tool")
     sha = up.commit("one")
-    proj = Project(tmp_path, f"""
-    tool:
-      url: {up.url}
-      policy: branch
-      branch: main
-      commit: {sha}
-      cadence: daily
-      license: MIT
-      mirrors: []
-    """)
+    proj = Project(tmp_path, branch_pin("tool", up.url, sha))
     (proj.root / "roots").mkdir()
     (proj.root / "roots" / "t.yaml").write_text(HEAD)
     assert main(["--root", str(proj.root), "bump", "root:t"]) == 0  # the first resolution, written in place

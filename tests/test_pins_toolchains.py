@@ -16,7 +16,8 @@ from builders.errors import OnebitError
 from builders.pins import file_moves, toolchains as tc
 from builders.pins import toolchain_inputs as ti, toolchain_moves as tm, toolchain_world as tw
 import local_http
-from pins_fixtures import FakeAPI, Project, Upstream, bot_env, branches, bump, evaluate_report, git, refused_tampered, refused_unread
+from pins_fixtures import (FakeAPI, Project, Upstream, bot_env, branch_pin, branches, bump, evaluate_report, git,
+                           refused_tampered, refused_unread)
 
 TOKEN = "t0ken-for-toolchain-tests"
 TOP = Path(__file__).resolve().parents[1]
@@ -344,16 +345,7 @@ def world(tmp_path, monkeypatch):
     index.releases["ziglang"] = {"0.15.2": [wheel_file("ziglang", "0.15.2")]}
     up = Upstream(tmp_path / "owner" / "tool")
     sha1 = up.commit("one")
-    proj = Project(tmp_path, f"""
-    tool:
-      url: {up.url}
-      policy: branch
-      branch: main
-      commit: {sha1}
-      cadence: daily
-      license: MIT
-      mirrors: []
-    """, recipes={"a": sdk_recipe("a", False), "b": sdk_recipe("b", True), "z": ZIG_RECIPE})
+    proj = Project(tmp_path, branch_pin("tool", up.url, sha1), recipes={"a": sdk_recipe("a", False), "b": sdk_recipe("b", True), "z": ZIG_RECIPE})
     yield proj, archive, index, api
     api.close()
     index.close()
