@@ -29,7 +29,8 @@ from builders.plan import all_tools, make_plan
 from builders.plan_types import Layout
 from mini_project import add_rooted, make_mini
 from pins_fixtures import Project, Upstream
-from test_flag_drift import MAKEFILE_OLD, SOURCES, drift, make_recipe, pin_entry
+from pins_fixtures import branch_pin, make_recipe
+from test_flag_drift import MAKEFILE_OLD, SOURCES, drift
 from test_roots import TINY_ROOT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +70,7 @@ def test_a_hostile_make_n_reads_no_root_only_file_of_the_host(tmp_path):
     result out in a compile flag. The sandbox's /etc holds only what a build needs."""
     up = Upstream(tmp_path / "up" / "dsx")
     old = up.commit("old", {"Makefile": MAKEFILE_OLD, **SOURCES})
-    proj = Project(tmp_path, pin_entry("dsx", up, old), recipes={"dsx": make_recipe("dsx")})
+    proj = Project(tmp_path, branch_pin("dsx", up.url, old), recipes={"dsx": make_recipe("dsx")})
     new = up.commit("hostile", {"Makefile": HOSTILE})
     [rep] = drift(proj, "dsx", up, old, new)
     seen = {r.what.split("=", 1)[0].removeprefix("-D"): r.what.split("=", 1)[1] for r in rep.rows
