@@ -10,7 +10,6 @@ import pytest
 from builders.project import config
 from builders.cli import main
 from builders.errors import OnebitError
-from builders.errors import OnebitError
 from builders.inputs.host import HostFacts, ToolFact
 from builders.plan import all_tools, expand, make_plan, missing_tools
 from builders.plan_types import Layout
